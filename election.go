@@ -1,0 +1,533 @@
+// Package election elects one leader among many candidates through a MySQL
+// or MariaDB server that the candidates already use.
+//
+// Each candidate pins one session from the caller's *sql.DB and blocks in
+// GET_LOCK. The winner bumps a per-election epoch, which is the term's
+// fencing token, and keeps the session busy with keepalives that confirm it
+// still holds the lock. When the leader's process dies the server frees the
+// lock and the next candidate leads about a millisecond later.
+//
+// # Timing contract
+//
+// Interval (I) is how often the leader renews; Lease (L) is how long it may
+// act after the last confirmed keepalive, measured from the moment that
+// keepalive was sent, on its own monotonic clock; Margin (S) is the time
+// between the end of that lease and the earliest moment the server can give
+// the lock to someone else. Every pinned session gets wait_timeout
+// W = L + S, rounded up to whole seconds, so a leader that stops talking
+// (paused, partitioned, its host dead) is dropped by the server W after its
+// last command, which is S after its own lease has already ended its term.
+//
+// # Guarantees and limits
+//
+// While the server keeps the leader's session alive, no other candidate can
+// hold the lock. A leader that loses the server's attention ends its term,
+// and cancels the term's context, before the server frees the lock, provided
+// its clock runs at most S/L slower than the server's and its code stops
+// acting within S of the cancellation.
+//
+// The server itself may end a live leader's session (a restart, a DBA's
+// KILL, a proxy reset). The next candidate then leads at once, while the old
+// leader learns of it at its next keepalive, within I. Only writes checked
+// with the term's fencing token are safe in that window: use Term.Fenced in
+// the same database and Fence (or the token) in downstream stores. Writes
+// that do not check the token are not fenced.
+//
+// Tokens are durable InnoDB rows. A failover to an asynchronous replica that
+// lost the last commits can hand out a token twice; back the election with
+// semi-synchronous replication or a single-primary Group Replication cluster.
+// GET_LOCK is not cluster-wide on Galera or multi-primary Group Replication.
+package election
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults of the timing contract; see the package documentation.
+const (
+	DefaultInterval = time.Second
+	DefaultLease    = 5 * time.Second
+	DefaultMargin   = time.Second
+)
+
+// maxWaitTimeout is the largest wait_timeout the server accepts, in seconds.
+const maxWaitTimeout = 31536000
+
+// Errors callers branch on. Errors the package returns wrap them; use
+// errors.Is.
+var (
+	// ErrInvalidConfig: New was given input it cannot use; the message says
+	// which and how to fix it.
+	ErrInvalidConfig = errors.New("election: invalid configuration")
+	// ErrSchema: the tables are missing or the user may not use them; the
+	// message carries the DDL to run.
+	ErrSchema = errors.New("election: tables missing or not usable")
+	// ErrCampaigning: this Elector already campaigns or leads; one Elector is
+	// one candidate.
+	ErrCampaigning = errors.New("election: this elector is already campaigning or leading")
+	// ErrNoLeader: nobody leads the election now.
+	ErrNoLeader = errors.New("election: no leader")
+	// ErrFenced: a write was refused because its term is no longer the
+	// newest; nothing was written.
+	ErrFenced = errors.New("election: stale fencing token")
+
+	// Why a term ended (Term.Err). A term also ends when the context given
+	// to Campaign ends; Term.Err then returns that context's cause.
+
+	// ErrResigned: Resign was called.
+	ErrResigned = errors.New("election: resigned")
+	// ErrLeaseExpired: no keepalive was confirmed within the lease.
+	ErrLeaseExpired = errors.New("election: lease expired")
+	// ErrSessionLost: the pinned session failed: killed, timed out, its
+	// network dropped or the server restarted.
+	ErrSessionLost = errors.New("election: database session lost")
+	// ErrLockLost: the session is alive but no longer holds the election,
+	// or the record names another term.
+	ErrLockLost = errors.New("election: lock no longer held")
+)
+
+// Config tunes an Elector. The zero value of every field means its default.
+// New checks the timings as a whole; see the package documentation for what
+// they mean together.
+type Config struct {
+	// Identity names this candidate in the record, to operators and in
+	// logs. Default: host-pid-random. At most 255 characters.
+	Identity string
+	// Interval is how often the leader renews its keepalive. Default 1s.
+	Interval time.Duration
+	// Lease is how long the leader may act after a keepalive it sent was
+	// confirmed, on its local monotonic clock. Default 5s; at least
+	// 2×Interval, so that one slow keepalive does not end a term.
+	Lease time.Duration
+	// Margin is how long after the lease ends the server may first free the
+	// lock of a silent leader. Default 1s. It covers the leader's clock
+	// running slow and the time its code takes to stop after its context is
+	// cancelled.
+	Margin time.Duration
+	// CheckInterval is how long a waiting candidate blocks in GET_LOCK
+	// before it looks again. Default Interval. It must be below the DSN's
+	// readTimeout, if one is set.
+	CheckInterval time.Duration
+	// TablePrefix starts the table names. Default DefaultTablePrefix.
+	TablePrefix string
+	// SkipCreateTables stops the Elector from creating missing tables on
+	// first use; see SchemaDDL.
+	SkipCreateTables bool
+	// Logger receives the Elector's structured logs. Default: none.
+	Logger *slog.Logger
+}
+
+// waitTimeout is the pinned sessions' wait_timeout W, in whole seconds.
+func (c Config) waitTimeout() int64 {
+	return int64(math.Ceil((c.Lease + c.Margin).Seconds()))
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Margin == 0 {
+		c.Margin = DefaultMargin
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = c.Interval
+	}
+	if c.TablePrefix == "" {
+		c.TablePrefix = DefaultTablePrefix
+	}
+	if c.Identity == "" {
+		c.Identity = defaultIdentity()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Interval < time.Millisecond:
+		return bad("Interval %v is below 1ms: keepalives that often would load the server; use 100ms or more", c.Interval)
+	case c.Lease < 2*c.Interval:
+		return bad("Lease %v must be at least 2×Interval (%v), so that one slow keepalive does not end the term: raise Lease or lower Interval", c.Lease, c.Interval)
+	case c.Margin < time.Millisecond:
+		return bad("Margin %v is below 1ms: it must cover clock drift and the time your code takes to stop; the default is %v", c.Margin, DefaultMargin)
+	case c.CheckInterval < time.Millisecond:
+		return bad("CheckInterval %v is below 1ms", c.CheckInterval)
+	case c.waitTimeout() > maxWaitTimeout:
+		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
+	case len(c.Identity) > 255 || !utf8.ValidString(c.Identity):
+		return bad("Identity %q must be valid UTF-8 of at most 255 bytes", c.Identity)
+	}
+	return validatePrefix(c.TablePrefix)
+}
+
+func defaultIdentity() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Elector is one candidate in one election. It is safe for concurrent use;
+// at most one Campaign or Run is under way at a time.
+type Elector struct {
+	db   *sql.DB
+	name string
+	cfg  Config
+	tbl  tables
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	ready    bool   // tables checked and lock name known
+	lockName string // derived from the database name on first use
+	busy     bool   // a campaign or a term is under way
+	term     *Term  // the current term, if any
+}
+
+// New returns a candidate for the election called name on db. It validates
+// its input but does no I/O; the tables are created, and the server
+// checked, on first use. Names may be any UTF-8 string of up to 64 KiB.
+// db must allow at least two open connections: a candidate pins one.
+func New(db *sql.DB, name string, cfg Config) (*Elector, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+	}
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if n := db.Stats().MaxOpenConnections; n == 1 {
+		return nil, fmt.Errorf("%w: db allows only one open connection, which the candidate pins, so fenced transactions would wait forever: call db.SetMaxOpenConns(2) or more", ErrInvalidConfig)
+	}
+	return &Elector{
+		db:   db,
+		name: name,
+		cfg:  cfg,
+		tbl:  tablesFor(cfg.TablePrefix),
+		log:  cfg.Logger.With("election", name, "identity", cfg.Identity),
+	}, nil
+}
+
+// Name returns the election's name.
+func (e *Elector) Name() string { return e.name }
+
+// Identity returns this candidate's identity.
+func (e *Elector) Identity() string { return e.cfg.Identity }
+
+// IsLeader reports whether this candidate holds a term whose local lease is
+// still valid.
+func (e *Elector) IsLeader() bool {
+	e.mu.Lock()
+	t := e.term
+	e.mu.Unlock()
+	return t != nil && t.IsLeader()
+}
+
+// prepare creates or checks the tables and learns the lock name, once.
+func (e *Elector) prepare(ctx context.Context) (string, error) {
+	lock, err := e.lockNameFor(ctx)
+	if err != nil || e.isReady() {
+		return lock, err
+	}
+	check := checkSchema
+	if !e.cfg.SkipCreateTables {
+		check = createSchema
+	}
+	if err := check(ctx, e.db, e.tbl); err != nil {
+		return "", err
+	}
+	e.mu.Lock()
+	e.lockName, e.ready = lock, true
+	e.mu.Unlock()
+	return lock, nil
+}
+
+func (e *Elector) isReady() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ready
+}
+
+// claim marks the Elector busy for one campaign and its term.
+func (e *Elector) claim() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busy {
+		return ErrCampaigning
+	}
+	e.busy = true
+	return nil
+}
+
+func (e *Elector) unclaim() {
+	e.mu.Lock()
+	e.busy, e.term = false, nil
+	e.mu.Unlock()
+}
+
+// Campaign blocks until this candidate leads, ctx ends, or the attempt
+// fails, and returns the new term. The term is bound to ctx: when ctx ends
+// the term ends at once (its lock is released, as by Resign), so cancel ctx
+// only once the leader's work has stopped, or call Resign instead. A failed
+// attempt returns an error and may be retried; Run does that with backoff.
+func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
+	return e.campaign(ctx, ctx)
+}
+
+// campaign waits under waitCtx and binds the term to termCtx.
+func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
+	if err := e.claim(); err != nil {
+		return nil, err
+	}
+	t, err := e.acquire(waitCtx, termCtx)
+	if err != nil {
+		e.unclaim()
+		return nil, err
+	}
+	e.mu.Lock()
+	e.term = t
+	e.mu.Unlock()
+	return t, nil
+}
+
+// Run campaigns, runs fn while this candidate leads, and campaigns again
+// when a term is lost, with backoff after failures, until ctx ends.
+//
+// fn's context is cancelled when the term ends or ctx ends; fn must stop
+// acting then and return. Only after fn has returned does Run release the
+// lock, so the next leader never starts while fn still runs. Run returns
+// ctx's error once ctx ends, fn's result if fn returns while the term is
+// still held (the work is done; the term is resigned first), and at once on
+// errors that retrying cannot fix (ErrInvalidConfig, ErrSchema,
+// ErrCampaigning).
+func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = e.cfg.Interval
+	b.MaxInterval = e.cfg.Lease
+	b.MaxElapsedTime = 0
+	wait := func() error {
+		select {
+		case <-time.After(b.NextBackOff()):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for {
+		// The term outlives ctx so that it is released only after fn returns.
+		t, err := e.campaign(ctx, context.WithoutCancel(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if permanent(err) {
+				return err
+			}
+			e.log.Warn("campaign failed; retrying", "err", err)
+			if err := wait(); err != nil {
+				return err
+			}
+			continue
+		}
+		fnCtx, cancel := context.WithCancelCause(t.Context())
+		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		fnErr := fn(fnCtx, t)
+		stop()
+		cancel(nil)
+		lost := t.Err()
+		t.Resign(context.WithoutCancel(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case lost == nil:
+			return fnErr
+		}
+		if time.Since(t.start) > e.cfg.Lease {
+			b.Reset()
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+}
+
+func permanent(err error) bool {
+	return errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrSchema) || errors.Is(err, ErrCampaigning)
+}
+
+// holder is a strategy's hold on a won election, as a Term drives it.
+type holder interface {
+	// renew confirms, within ctx, that the hold is still ours and extends it.
+	renew(ctx context.Context) error
+	// release gives the election up for the next candidate.
+	release(ctx context.Context) error
+	// close frees every resource; the hold is gone for sure afterwards.
+	close()
+}
+
+// Term is one period of leadership: it starts when Campaign returns and ends
+// when its context is cancelled. Its token is higher than that of every
+// earlier term of the election.
+type Term struct {
+	e     *Elector
+	token uint64
+	start time.Time // local, when the term began
+	h     holder
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	resign chan struct{} // closed by the first Resign
+	once   sync.Once
+	done   chan struct{} // closed when the hold is released and dropped
+
+	mu    sync.Mutex
+	until time.Time   // end of the local lease (monotonic)
+	timer *time.Timer // cancels ctx at until
+}
+
+// newTerm starts the term's keepalive loop. sent is when the command that
+// confirmed the hold was sent: the lease counts from there.
+func newTerm(e *Elector, h holder, token uint64, sent time.Time, parent context.Context) *Term {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := &Term{
+		e: e, h: h, token: token, start: time.Now(),
+		ctx: ctx, cancel: cancel,
+		resign: make(chan struct{}), done: make(chan struct{}),
+		until: sent.Add(e.cfg.Lease),
+	}
+	t.timer = time.AfterFunc(time.Until(t.until), func() { cancel(ErrLeaseExpired) })
+	go t.keep(parent)
+	return t
+}
+
+// Token returns the term's fencing token: the election's epoch for this
+// term, higher than that of every earlier term.
+func (t *Term) Token() uint64 { return t.token }
+
+// Context returns a context that is cancelled when the term ends or may have
+// ended. The leader must stop acting when it is done.
+func (t *Term) Context() context.Context { return t.ctx }
+
+// Done returns a channel that is closed when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
+
+// Err returns nil while the term lasts and why it ended afterwards:
+// ErrResigned, ErrLeaseExpired, ErrSessionLost, ErrLockLost, or the cause of
+// the Campaign context's end.
+func (t *Term) Err() error {
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(t.ctx)
+}
+
+// IsLeader reports whether the term lasts and its local lease is valid,
+// reading the monotonic clock itself rather than waiting for a timer.
+func (t *Term) IsLeader() bool {
+	t.mu.Lock()
+	until := t.until
+	t.mu.Unlock()
+	return t.ctx.Err() == nil && time.Now().Before(until)
+}
+
+// deadline returns the end of the local lease.
+func (t *Term) deadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.until
+}
+
+// extend moves the lease to sent+Lease, unless it has already expired.
+func (t *Term) extend(sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.timer.Stop() {
+		return // the lease ran out while the keepalive was in flight
+	}
+	t.until = sent.Add(t.e.cfg.Lease)
+	t.timer.Reset(time.Until(t.until))
+}
+
+// Resign ends the term, if it lasts, and gives the election up so that the
+// next candidate leads at once. It cancels the term's context first, so call
+// it once the leader's work has stopped. It returns when the lock is
+// released and the session dropped, or when ctx ends; the release itself
+// never waits past the local lease.
+func (t *Term) Resign(ctx context.Context) error {
+	t.once.Do(func() { close(t.resign) })
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// keep renews the term every Interval until it ends, then releases it if
+// the end was chosen (Resign, the campaign's context) and drops the hold.
+func (t *Term) keep(parent context.Context) {
+	defer close(t.done)
+	defer t.e.unclaim()
+	defer t.h.close()
+	defer t.timer.Stop()
+	log := t.e.log.With("token", t.token)
+	log.Info("term started")
+	tick := time.NewTicker(t.e.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.resign:
+			t.cancel(ErrResigned)
+		case <-t.ctx.Done():
+		case <-tick.C:
+			sent := time.Now()
+			ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
+			err := t.h.renew(ctx)
+			cancel()
+			if err == nil {
+				t.extend(sent)
+				continue
+			}
+			if !time.Now().Before(t.deadline()) {
+				err = ErrLeaseExpired // the keepalive was cut off by the lease
+			}
+			t.cancel(err)
+			continue
+		}
+		break
+	}
+	reason := context.Cause(t.ctx)
+	if errors.Is(reason, ErrResigned) || parent.Err() != nil {
+		// The leader chose to stop: release so the next candidate need not
+		// wait, but never past the lease.
+		ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
+		if err := t.h.release(ctx); err != nil {
+			log.Warn("release failed; dropping the session instead", "err", err)
+		}
+		cancel()
+	}
+	log.Info("term ended", "reason", reason)
+}

@@ -1,0 +1,107 @@
+package election
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+)
+
+// StaleTokenError reports a write refused because a newer term exists (or
+// the writer's own term has ended). It wraps ErrFenced.
+type StaleTokenError struct {
+	Resource string // what was written, where the checker knows it
+	Token    uint64 // the token the write carried
+	Current  uint64 // the newest token known; 0 if the term ended locally
+	Cause    error  // why the term ended, for a locally ended term
+}
+
+func (e *StaleTokenError) Error() string {
+	switch {
+	case e.Cause != nil:
+		return fmt.Sprintf("election: stale fencing token %d: the term has ended: %v", e.Token, e.Cause)
+	case e.Resource != "":
+		return fmt.Sprintf("election: stale fencing token %d for %q: %d has been seen", e.Token, e.Resource, e.Current)
+	}
+	return fmt.Sprintf("election: stale fencing token %d: the election is at %d", e.Token, e.Current)
+}
+
+// Unwrap returns ErrFenced.
+func (e *StaleTokenError) Unwrap() error { return ErrFenced }
+
+// Fenced runs fn in a transaction on the elector's database that commits
+// only while this term is the election's newest. It first takes a shared
+// lock on the election's epoch row and checks that it still equals the
+// term's token; a new term must bump that row, so it starts only after this
+// transaction ends, and every write fn makes commits before any write of a
+// later term. If the term has ended locally, or a newer term exists, Fenced
+// returns a *StaleTokenError (errors.Is(err, ErrFenced)) and fn does not run.
+// If fn returns an error the transaction is rolled back and the error is
+// returned.
+//
+// The transaction runs on the pool, not on the pinned session, so a long
+// one does not delay keepalives; it does delay the next term's start.
+func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if !t.IsLeader() {
+		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
+	}
+	lock, err := t.e.lockNameFor(ctx)
+	if err != nil {
+		return err
+	}
+	tx, err := t.e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("election: fenced transaction: %w", err)
+	}
+	defer tx.Rollback()
+	var current uint64
+	err = tx.QueryRowContext(ctx, "SELECT epoch FROM `"+t.e.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock).Scan(&current)
+	if err != nil {
+		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
+	}
+	if current != t.token {
+		return &StaleTokenError{Token: t.token, Current: current}
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// endCause says why IsLeader is false: the term's end, or a lapsed lease
+// whose timer has not fired yet.
+func (t *Term) endCause() error {
+	if err := t.Err(); err != nil {
+		return err
+	}
+	return ErrLeaseExpired
+}
+
+// Fence is the checker a downstream store embeds to refuse writes of stale
+// leaders: it remembers the highest token seen per resource and refuses any
+// lower one. Equal tokens pass: a term writes many times. The zero value is
+// ready to use; it is safe for concurrent use. It is in memory only: a store
+// that restarts must restore it from its data, or keep the token in the same
+// row it guards, as in
+//
+//	UPDATE t SET ..., fence_token = ? WHERE id = ? AND fence_token <= ?
+type Fence struct {
+	mu      sync.Mutex
+	highest map[string]uint64
+}
+
+// Check admits a write to resource with token, or returns a
+// *StaleTokenError if a higher token has been seen for that resource. An
+// admitted token becomes the resource's highest.
+func (f *Fence) Check(resource string, token uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h := f.highest[resource]; token < h {
+		return &StaleTokenError{Resource: resource, Token: token, Current: h}
+	}
+	if f.highest == nil {
+		f.highest = make(map[string]uint64)
+	}
+	f.highest[resource] = token
+	return nil
+}

@@ -1,0 +1,321 @@
+package election_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/leakcheck"
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+// server is the one server of this test binary, started by TestMain.
+var server *mysqltest.Server
+
+func TestMain(m *testing.M) {
+	if os.Getenv("ELECTION_CHILD") != "" {
+		os.Exit(childMain())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	s, err := mysqltest.Start(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server = s
+	fmt.Fprintln(os.Stderr, "election tests use", s.Describe())
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(10 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	s.Close()
+	os.Exit(code)
+}
+
+// fast is the test timing: W = 2s.
+var fast = election.Config{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second}
+
+// newDB returns a pool on a fresh database of its own, and its DSN.
+func newDB(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	name := server.NewDatabase(t)
+	return server.Open(t, name), server.DSN(name)
+}
+
+func newElector(t testing.TB, db *sql.DB, name, id string) *election.Elector {
+	t.Helper()
+	cfg := fast
+	cfg.Identity = id
+	e, err := election.New(db, name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// campaign runs Campaign in the background; the term or error arrives on
+// the channel.
+type result struct {
+	term *election.Term
+	err  error
+	at   time.Time
+}
+
+func campaign(ctx context.Context, e *election.Elector) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		t, err := e.Campaign(ctx)
+		ch <- result{t, err, time.Now()}
+	}()
+	return ch
+}
+
+func await(t testing.TB, ch <-chan result, limit time.Duration) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("campaign: %v", r.err)
+		}
+		t.Cleanup(func() { r.term.Resign(context.Background()) })
+		return r
+	case <-time.After(limit):
+		t.Fatalf("no term within %v", limit)
+		return result{}
+	}
+}
+
+func resignAll(t testing.TB, terms ...*election.Term) {
+	for _, term := range terms {
+		if err := term.Resign(ctxFor(t, 10*time.Second)); err != nil {
+			t.Errorf("resign: %v", err)
+		}
+	}
+}
+
+// createWrites makes the table that fenced writes go to: id order is commit
+// order for fenced writes, so tokens must never decrease along it.
+func createWrites(t testing.TB, db *sql.DB) {
+	t.Helper()
+	_, err := db.Exec("CREATE TABLE writes (id BIGINT AUTO_INCREMENT PRIMARY KEY, token BIGINT UNSIGNED NOT NULL, holder VARCHAR(255) NOT NULL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fencedWrite(ctx context.Context, term *election.Term, holder string) error {
+	return term.Fenced(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, ?)", term.Token(), holder)
+		return err
+	})
+}
+
+// checkWrites asserts the fencing invariant over every accepted write: in
+// commit order tokens never decrease and no token has two holders. It
+// returns the number of writes.
+func checkWrites(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	rows, err := db.Query("SELECT id, token, holder FROM writes ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var (
+		n       int
+		last    uint64
+		holders = map[uint64]string{}
+	)
+	for rows.Next() {
+		var id, token uint64
+		var holder string
+		if err := rows.Scan(&id, &token, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if token < last {
+			t.Errorf("stale write accepted: write %d carries token %d after token %d was written", id, token, last)
+		}
+		if h, ok := holders[token]; ok && h != holder {
+			t.Errorf("token %d used by two holders: %s and %s", token, h, holder)
+		}
+		holders[token], last = holder, token
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// --- candidates in separate processes ---
+
+// event is one line a child candidate prints.
+type event struct {
+	Ev     string `json:"ev"` // start, write, end, exit, error
+	ID     string `json:"id"`
+	Token  uint64 `json:"token,omitempty"`
+	OK     bool   `json:"ok,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// childMain is a candidate process: it runs the election named by its
+// environment until SIGTERM, making fenced writes while it leads.
+func childMain() int {
+	out := json.NewEncoder(os.Stdout)
+	var mu sync.Mutex
+	emit := func(ev event) {
+		mu.Lock()
+		defer mu.Unlock()
+		out.Encode(ev)
+	}
+	id := os.Getenv("ELECTION_CHILD")
+	db, err := sql.Open("mysql", os.Getenv("ELECTION_CHILD_DSN"))
+	if err != nil {
+		emit(event{Ev: "error", ID: id, Reason: err.Error()})
+		return 1
+	}
+	defer db.Close()
+	cfg := fast
+	cfg.Identity = id
+	e, err := election.New(db, os.Getenv("ELECTION_CHILD_NAME"), cfg)
+	if err != nil {
+		emit(event{Ev: "error", ID: id, Reason: err.Error()})
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err = e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+		emit(event{Ev: "start", ID: id, Token: term.Token()})
+		defer func() { emit(event{Ev: "end", ID: id, Token: term.Token(), Reason: fmt.Sprint(term.Err())}) }()
+		for ctx.Err() == nil {
+			err := fencedWrite(ctx, term, id)
+			if ctx.Err() == nil || err == nil {
+				emit(event{Ev: "write", ID: id, Token: term.Token(), OK: err == nil, Reason: fmt.Sprint(err)})
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		return nil
+	})
+	emit(event{Ev: "exit", ID: id, Reason: fmt.Sprint(err)})
+	return 0
+}
+
+// group is a set of candidate processes with one stream of their events.
+type group struct {
+	t      *testing.T
+	dsn    string
+	name   string
+	procs  map[string]*exec.Cmd
+	events chan event
+}
+
+func newGroup(t *testing.T, dsn, name string) *group {
+	return &group{t: t, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}, events: make(chan event, 100000)}
+}
+
+// start launches a candidate process named id.
+func (g *group) start(id string) {
+	t := g.t
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g.procs[id] = cmd
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev event
+			if json.Unmarshal(sc.Bytes(), &ev) == nil {
+				g.events <- ev
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+}
+
+// spawn launches n candidates named proc-0 ... proc-(n-1).
+func (g *group) spawn(n int) {
+	for i := range n {
+		g.start("proc-" + strconv.Itoa(i))
+	}
+}
+
+func (g *group) signal(id string, sig syscall.Signal) {
+	g.t.Helper()
+	if err := g.procs[id].Process.Signal(sig); err != nil {
+		g.t.Fatalf("signal %v to %s: %v", sig, id, err)
+	}
+}
+
+// next returns the next event for which match is true, skipping others.
+func (g *group) next(match func(event) bool, limit time.Duration) event {
+	g.t.Helper()
+	timeout := time.After(limit)
+	for {
+		select {
+		case e := <-g.events:
+			if e.Ev == "error" {
+				g.t.Fatalf("%s: %s", e.ID, e.Reason)
+			}
+			if match(e) {
+				return e
+			}
+		case <-timeout:
+			g.t.Fatalf("no matching event within %v", limit)
+		}
+	}
+}
+
+func is(kind string) func(event) bool { return func(e event) bool { return e.Ev == kind } }
+
+func isFrom(kind, id string) func(event) bool {
+	return func(e event) bool { return e.Ev == kind && e.ID == id }
+}
+
+func isOneOf(err error, targets ...error) bool {
+	for _, target := range targets {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,173 @@
+package election
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// DefaultTablePrefix starts the names of the tables the package uses:
+// election_record and election_epoch.
+const DefaultTablePrefix = "election"
+
+// maxNameBytes is what the record's TEXT column holds.
+const maxNameBytes = 65535
+
+var prefixPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,40}$`)
+
+// tables names the tables of one prefix.
+type tables struct {
+	record string // the keepalive row: holder, renewals, state
+	epoch  string // the fencing row: only term starts write it
+}
+
+func tablesFor(prefix string) tables {
+	return tables{record: prefix + "_record", epoch: prefix + "_epoch"}
+}
+
+func validatePrefix(prefix string) error {
+	if !prefixPattern.MatchString(prefix) {
+		return fmt.Errorf("%w: TablePrefix %q must be 1 to 41 ASCII letters, digits or underscores, not starting with a digit", ErrInvalidConfig, prefix)
+	}
+	return nil
+}
+
+func validateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: the election name is empty: give each election a stable name such as \"billing-cron\"", ErrInvalidConfig)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: the election name %q is not valid UTF-8", ErrInvalidConfig, name)
+	case len(name) > maxNameBytes:
+		return fmt.Errorf("%w: the election name is %d bytes long; the limit is %d", ErrInvalidConfig, len(name), maxNameBytes)
+	}
+	return nil
+}
+
+// SchemaDDL returns the CREATE TABLE statements for the tables with the given
+// prefix (empty means DefaultTablePrefix), for DBAs who create them by hand
+// and run electors with Config.SkipCreateTables.
+func SchemaDDL(prefix string) (string, error) {
+	if prefix == "" {
+		prefix = DefaultTablePrefix
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return "", err
+	}
+	return strings.Join(ddl(tablesFor(prefix)), ";\n\n") + ";\n", nil
+}
+
+func ddl(t tables) []string {
+	// The epoch lives apart from the record: fenced transactions hold a
+	// shared lock on it, which must never block the leader's keepalives.
+	return []string{
+		"CREATE TABLE IF NOT EXISTS `" + t.record + "` (\n" +
+			"  lock_name  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+			"  name       TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  state      VARCHAR(16) CHARACTER SET ascii NOT NULL,\n" +
+			"  epoch      BIGINT UNSIGNED NOT NULL,\n" +
+			"  holder     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  host       VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
+			"  pid        INT NOT NULL,\n" +
+			"  conn_id    BIGINT UNSIGNED NOT NULL,\n" +
+			"  lease_us   BIGINT NOT NULL,\n" +
+			"  since      DATETIME(6) NOT NULL,\n" +
+			"  renewed_at DATETIME(6) NOT NULL,\n" +
+			"  ended_at   DATETIME(6) NULL,\n" +
+			"  PRIMARY KEY (lock_name)\n" +
+			") ENGINE=InnoDB",
+		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
+			"  lock_name  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+			"  epoch      BIGINT UNSIGNED NOT NULL,\n" +
+			"  PRIMARY KEY (lock_name)\n" +
+			") ENGINE=InnoDB",
+	}
+}
+
+// CreateSchema creates the tables with the given prefix (empty means
+// DefaultTablePrefix) if they do not exist. Electors call it on first use
+// unless Config.SkipCreateTables is set.
+func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
+	if prefix == "" {
+		prefix = DefaultTablePrefix
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return err
+	}
+	return createSchema(ctx, db, tablesFor(prefix))
+}
+
+func createSchema(ctx context.Context, db *sql.DB, t tables) error {
+	for _, stmt := range ddl(t) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
+			// the table exists: tables a DBA made are fine without it.
+			if isDenied(err) && checkSchema(ctx, db, t) == nil {
+				return nil
+			}
+			return schemaError(t, err)
+		}
+	}
+	return nil
+}
+
+// checkSchema verifies that the tables exist and can be read.
+func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
+	for _, name := range []string{t.record, t.epoch} {
+		if _, err := db.ExecContext(ctx, "SELECT lock_name, epoch FROM `"+name+"` LIMIT 0"); err != nil {
+			return schemaError(t, err)
+		}
+	}
+	return nil
+}
+
+func schemaError(t tables, err error) error {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return err
+	}
+	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
+	switch me.Number {
+	case 1142, 1044, 1045, 1227: // command denied, access denied
+		return fmt.Errorf("%w: %w; the elector's user may not create or use the tables; grant it SELECT, INSERT, UPDATE on them, or create them first%s", ErrSchema, err, fix)
+	case 1146: // no such table
+		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s", ErrSchema, err, fix)
+	case 1046: // no database selected
+		return fmt.Errorf("%w: %w; the DSN must name a database, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig, err)
+	}
+	return err
+}
+
+func isDenied(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044 || me.Number == 1227)
+}
+
+// lockName derives the server-wide GET_LOCK name of an election. Lock names
+// share one namespace per server and MySQL 5.7+ limits them to 64
+// characters, so the name carries a hash of database, prefix and election
+// name (which keeps apart elections that differ only in case or length) and
+// a readable ASCII head for operators. The record keeps the real name.
+func lockName(database, prefix, name string) string {
+	sum := sha256.Sum256([]byte(database + "\x00" + prefix + "\x00" + name))
+	var head strings.Builder
+	for _, r := range name {
+		if head.Len() == 40 {
+			break
+		}
+		if r < 0x80 && (r == '-' || r == '_' || r == '.' || r == ':' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			head.WriteRune(r)
+		} else {
+			head.WriteByte('_')
+		}
+	}
+	return head.String() + "/" + hex.EncodeToString(sum[:8])
+}
