@@ -80,7 +80,7 @@ func Start(ctx context.Context) (*Server, error) {
 		s := &Server{dsn: cfg}
 		return s, s.wait(ctx, 10*time.Second)
 	}
-	if bin := findServer(); bin != "" {
+	if bin := PrivateBinary(); bin != "" {
 		return StartPrivate(ctx, bin)
 	}
 	if s, err := startContainer(ctx); s != nil || err != nil {
@@ -92,7 +92,9 @@ func Start(ctx context.Context) (*Server, error) {
 		"or start a Docker engine")
 }
 
-func findServer() string {
+// PrivateBinary returns the mariadbd or mysqld binary the harness would run
+// as a private server, or "" if there is none.
+func PrivateBinary() string {
 	for _, name := range []string{"mariadbd", "mysqld"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
