@@ -98,12 +98,18 @@ func (s *pinned) startTerm(ctx context.Context) error {
 	}
 	defer tx.Rollback()
 	t := s.e.tbl
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+t.epoch+"` (lock_name, epoch) VALUES (?, 1) ON DUPLICATE KEY UPDATE epoch = epoch + 1", s.lock); err != nil {
+	// LAST_INSERT_ID(expr) hands the new epoch back in the OK packet: no
+	// second round trip to read it. A first insert reports 0: epoch 1.
+	res, err := tx.ExecContext(ctx, "INSERT INTO `"+t.epoch+"` (lock_name, epoch) VALUES (?, 1) "+
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(epoch + 1)", s.lock)
+	if err != nil {
 		return fmt.Errorf("election: bumping the epoch: %w", schemaError(t, err))
 	}
-	if err := tx.QueryRowContext(ctx, "SELECT epoch FROM `"+t.epoch+"` WHERE lock_name = ?", s.lock).Scan(&s.token); err != nil {
-		return fmt.Errorf("election: reading the epoch: %w", err)
+	epoch, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("election: bumping the epoch: %w", err)
 	}
+	s.token = max(uint64(epoch), 1)
 	host, _ := os.Hostname()
 	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+t.record+"` "+
 		"(lock_name, name, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at, ended_at) "+

@@ -27,6 +27,9 @@ import (
 // server is the one server of this test binary, started by TestMain.
 var server *mysqltest.Server
 
+// exampleDatabases are dropped by TestMain: examples have no t.Cleanup.
+var exampleDatabases []string
+
 func TestMain(m *testing.M) {
 	if os.Getenv("ELECTION_CHILD") != "" {
 		os.Exit(childMain())
@@ -41,6 +44,7 @@ func TestMain(m *testing.M) {
 	server = s
 	fmt.Fprintln(os.Stderr, "election tests use", s.Describe())
 	code := m.Run()
+	dropExampleDatabases()
 	if code == 0 {
 		if err := leakcheck.Check(10 * time.Second); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -49,6 +53,17 @@ func TestMain(m *testing.M) {
 	}
 	s.Close()
 	os.Exit(code)
+}
+
+func dropExampleDatabases() {
+	admin, err := sql.Open("mysql", server.DSN(""))
+	if err != nil {
+		return
+	}
+	defer admin.Close()
+	for _, name := range exampleDatabases {
+		admin.Exec("DROP DATABASE IF EXISTS " + name)
+	}
 }
 
 // fast is the test timing: W = 2s.
@@ -180,6 +195,7 @@ type event struct {
 	Token  uint64 `json:"token,omitempty"`
 	OK     bool   `json:"ok,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	At     int64  `json:"at"` // wall clock, Unix ns: children share the machine's clock
 }
 
 // childMain is a candidate process: it runs the election named by its
@@ -188,6 +204,7 @@ func childMain() int {
 	out := json.NewEncoder(os.Stdout)
 	var mu sync.Mutex
 	emit := func(ev event) {
+		ev.At = time.Now().UnixNano()
 		mu.Lock()
 		defer mu.Unlock()
 		out.Encode(ev)
@@ -229,14 +246,14 @@ func childMain() int {
 
 // group is a set of candidate processes with one stream of their events.
 type group struct {
-	t      *testing.T
+	t      testing.TB
 	dsn    string
 	name   string
 	procs  map[string]*exec.Cmd
 	events chan event
 }
 
-func newGroup(t *testing.T, dsn, name string) *group {
+func newGroup(t testing.TB, dsn, name string) *group {
 	return &group{t: t, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}, events: make(chan event, 100000)}
 }
 

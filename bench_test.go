@@ -1,0 +1,117 @@
+package election_test
+
+import (
+	"context"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/faultproxy"
+)
+
+// BenchmarkFailover measures the time from a fault to the moment the next
+// candidate's term starts, with the test timing (Interval 100ms, Lease 1s,
+// Margin 1s, so wait_timeout 2s). Run it as
+//
+//	go test -run '^$' -bench Failover -benchtime 20x
+//
+// Reported: the median and the largest failover, in milliseconds, and for
+// the blackhole the time the cut-off leader took to know it lost.
+func BenchmarkFailover(b *testing.B) {
+	b.Run("resign", func(b *testing.B) {
+		benchInProcess(b, false, func(old *election.Term, _ *election.Elector, _ *faultproxy.Proxy) func() {
+			return func() { old.Resign(context.Background()) }
+		})
+	})
+	b.Run("kill-connection", func(b *testing.B) {
+		admin := server.Open(b, "")
+		benchInProcess(b, false, func(_ *election.Term, e *election.Elector, _ *faultproxy.Proxy) func() {
+			rec, err := e.Leader(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() {
+				if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("blackhole", func(b *testing.B) {
+		benchInProcess(b, true, func(_ *election.Term, _ *election.Elector, p *faultproxy.Proxy) func() {
+			return p.Blackhole
+		})
+	})
+	b.Run("sigkill-process", func(b *testing.B) {
+		db, dsn := newDB(b)
+		createWrites(b, db)
+		g := newGroup(b, dsn, "bench-sigkill")
+		g.spawn(3)
+		leader := g.next(is("start"), 30*time.Second)
+		var took []time.Duration
+		for i := range b.N {
+			g.next(isFrom("write", leader.ID), 10*time.Second)
+			killed := time.Now()
+			g.signal(leader.ID, syscall.SIGKILL)
+			next := g.next(is("start"), 10*time.Second)
+			took = append(took, time.Unix(0, next.At).Sub(killed))
+			g.start(leader.ID + "-" + string(rune('a'+i%26)))
+			leader = next
+		}
+		report(b, "failover", took)
+	})
+}
+
+// benchInProcess has two in-process candidates, the first one leading
+// (through a fault proxy when viaProxy is set); prepare returns the fault,
+// which is timed until the second one leads.
+func benchInProcess(b *testing.B, viaProxy bool, prepare func(*election.Term, *election.Elector, *faultproxy.Proxy) func()) {
+	var took, knew []time.Duration
+	for range b.N {
+		dbName := server.NewDatabase(b)
+		leaderDB := server.Open(b, dbName)
+		var proxy *faultproxy.Proxy
+		if viaProxy {
+			p, err := faultproxy.Start(server.Addr())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			cfg := server.Config(dbName)
+			cfg.Addr = p.Addr()
+			leaderDB, proxy = openDSN(b, cfg.FormatDSN()), p
+		}
+		ctx := ctxFor(b, time.Minute)
+		a := newElector(b, leaderDB, "bench", "a")
+		next := newElector(b, server.Open(b, dbName), "bench", "b")
+		old := await(b, campaign(ctx, a), 10*time.Second).term
+		rb := campaign(ctx, next)
+		time.Sleep(50 * time.Millisecond) // b blocks in GET_LOCK
+		fault := prepare(old, a, proxy)
+		ended := make(chan time.Time, 1)
+		go func() { <-old.Done(); ended <- time.Now() }()
+		start := time.Now()
+		fault()
+		r := await(b, rb, 30*time.Second)
+		took = append(took, r.at.Sub(start))
+		if proxy != nil {
+			knew = append(knew, (<-ended).Sub(start))
+			proxy.Restore()
+		}
+		resignAll(b, r.term, old)
+	}
+	report(b, "failover", took)
+	if len(knew) > 0 {
+		report(b, "old-knew", knew)
+	}
+}
+
+func report(b *testing.B, what string, ds []time.Duration) {
+	slices.Sort(ds)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(ds[len(ds)/2]), what+"-p50-ms")
+	b.ReportMetric(ms(ds[len(ds)-1]), what+"-max-ms")
+	b.ReportMetric(0, "ns/op")
+}

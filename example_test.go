@@ -1,0 +1,156 @@
+package election_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// exampleDB returns a pool on a fresh database of the test server; in your
+// code this is the *sql.DB your service already has, from a DSN that names
+// a database.
+func exampleDB() *sql.DB {
+	admin, err := sql.Open("mysql", server.DSN(""))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer admin.Close()
+	var n int
+	admin.QueryRow("SELECT COUNT(*) FROM information_schema.schemata").Scan(&n)
+	name := fmt.Sprintf("example_%d_%d", time.Now().UnixNano(), n)
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		log.Fatal(err)
+	}
+	exampleDatabases = append(exampleDatabases, name)
+	db, err := sql.Open("mysql", server.DSN(name))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db
+}
+
+func ExampleElector_Run() {
+	db := exampleDB()
+	defer db.Close()
+	e, err := election.New(db, "billing-cron", election.Config{Identity: "host-a"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
+		fmt.Println("leading with token", t.Token())
+		stop() // in a service: a shutdown signal. Run resigns after fn returns.
+		<-ctx.Done()
+		return nil
+	})
+	fmt.Println("run ended:", err)
+	// Output:
+	// leading with token 1
+	// run ended: context canceled
+}
+
+func ExampleElector_Campaign() {
+	db := exampleDB()
+	defer db.Close()
+	e, err := election.New(db, "orders-consumer", election.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	term, err := e.Campaign(ctx) // blocks until this candidate leads
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", e.IsLeader(), "token:", term.Token())
+	// ... work with term.Context(), which is cancelled if leadership is lost ...
+	if err := term.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leader:", e.IsLeader(), "ended:", term.Err())
+	// Output:
+	// leader: true token: 1
+	// leader: false ended: election: resigned
+}
+
+func ExampleTerm_Fenced() {
+	db := exampleDB()
+	defer db.Close()
+	db.Exec("CREATE TABLE ledger (id INT AUTO_INCREMENT PRIMARY KEY, amount INT, token BIGINT UNSIGNED)")
+	e, _ := election.New(db, "ledger-writer", election.Config{})
+	ctx := context.Background()
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	write := func(t *election.Term) error {
+		return t.Fenced(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO ledger (amount, token) VALUES (?, ?)", 100, t.Token())
+			return err
+		})
+	}
+	fmt.Println("write of the live term:", write(term))
+	term.Resign(ctx)
+	next, _ := e.Campaign(ctx) // a later term, here of the same candidate
+	defer next.Resign(ctx)
+	err = write(term) // a paused leader waking up with its old term
+	fmt.Println("write of the old term refused:", errors.Is(err, election.ErrFenced))
+	// Output:
+	// write of the live term: <nil>
+	// write of the old term refused: true
+}
+
+func ExampleFence() {
+	// A downstream store keeps one Fence and checks the token every
+	// request carries.
+	var f election.Fence
+	fmt.Println(f.Check("invoices", 7))
+	fmt.Println(f.Check("invoices", 8)) // a new term
+	err := f.Check("invoices", 7)       // the old leader, late
+	fmt.Println(errors.Is(err, election.ErrFenced), err)
+	// Output:
+	// <nil>
+	// <nil>
+	// true election: stale fencing token 7 for "invoices": 8 has been seen
+}
+
+func ExampleElector_Leader() {
+	db := exampleDB()
+	defer db.Close()
+	leader, _ := election.New(db, "reports", election.Config{Identity: "host-a"})
+	ctx := context.Background()
+	term, err := leader.Campaign(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer term.Resign(ctx)
+
+	// Anyone with SELECT on the tables can ask, without campaigning.
+	observer, _ := election.New(db, "reports", election.Config{})
+	rec, err := observer.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(rec.Identity, rec.Token, rec.State, rec.LockConnID == rec.ConnID)
+	// Output: host-a 1 leading true
+}
+
+func ExampleSchemaDDL() {
+	ddl, err := election.SchemaDDL("election")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, line := range strings.Split(ddl, "\n") {
+		if strings.HasPrefix(line, "CREATE") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// CREATE TABLE IF NOT EXISTS `election_record` (
+	// CREATE TABLE IF NOT EXISTS `election_epoch` (
+}

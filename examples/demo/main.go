@@ -1,0 +1,196 @@
+// Command demo runs several candidate processes for one election against a
+// MySQL/MariaDB server, kills the leader a few times and shows another
+// process take over with a higher fencing token.
+//
+//	go run ./examples/demo                 # private MariaDB from PATH
+//	ELECTION_DSN='root@tcp(127.0.0.1:3306)/demo' go run ./examples/demo
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+func main() {
+	if id := os.Getenv("DEMO_CANDIDATE"); id != "" {
+		candidate(id, os.Getenv("ELECTION_DSN"))
+		return
+	}
+	n := flag.Int("candidates", 3, "candidate processes")
+	rounds := flag.Int("kills", 3, "how many times to kill the leader")
+	flag.Parse()
+	if err := run(*n, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// candidate is one candidate process: it leads when elected and prints
+// what it does.
+func candidate(id, dsn string) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	e, err := election.New(db, "demo", election.Config{Identity: id})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	e.Run(ctx, func(ctx context.Context, t *election.Term) error {
+		fmt.Printf("leading %d\n", t.Token())
+		<-ctx.Done()
+		fmt.Printf("stopped %d %v\n", t.Token(), t.Err())
+		return nil
+	})
+}
+
+func run(n, rounds int) error {
+	dsn, cleanup, err := server()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	type line struct {
+		id, text string
+		at       time.Time
+	}
+	lines := make(chan line, 100)
+	procs := map[string]*exec.Cmd{}
+	defer func() {
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+	}()
+	spawn := func(id string) error {
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), "DEMO_CANDIDATE="+id, "ELECTION_DSN="+dsn)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		procs[id] = cmd
+		fmt.Printf("started %s (pid %d)\n", id, cmd.Process.Pid)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				lines <- line{id, sc.Text(), time.Now()}
+			}
+		}()
+		return nil
+	}
+	for i := 1; i <= n; i++ {
+		if err := spawn(fmt.Sprintf("candidate-%d", i)); err != nil {
+			return err
+		}
+	}
+	leader := func() (string, time.Time, error) {
+		for {
+			select {
+			case l := <-lines:
+				if strings.HasPrefix(l.text, "error") {
+					return "", time.Time{}, fmt.Errorf("%s: %s", l.id, l.text)
+				}
+				if token, ok := strings.CutPrefix(l.text, "leading "); ok {
+					fmt.Printf("%s leads with fencing token %s\n", l.id, token)
+					return l.id, l.at, nil
+				}
+			case <-time.After(30 * time.Second):
+				return "", time.Time{}, fmt.Errorf("no leader within 30s")
+			}
+		}
+	}
+	id, _, err := leader()
+	if err != nil {
+		return err
+	}
+	for range rounds {
+		time.Sleep(2 * time.Second)
+		fmt.Printf("killing %s with SIGKILL\n", id)
+		killed := time.Now()
+		procs[id].Process.Kill()
+		procs[id].Wait()
+		next, at, err := leader()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  took over %.1f ms after the kill\n", float64(at.Sub(killed).Microseconds())/1000)
+		// As a supervisor would, start the killed candidate again.
+		if err := spawn(id); err != nil {
+			return err
+		}
+		id = next
+	}
+	time.Sleep(2 * time.Second)
+	fmt.Printf("stopping %s with SIGTERM: it resigns\n", id)
+	stopped := time.Now()
+	procs[id].Process.Signal(syscall.SIGTERM)
+	_, at, err := leader()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  took over %.1f ms after the SIGTERM\n", float64(at.Sub(stopped).Microseconds())/1000)
+	return nil
+}
+
+// server returns the DSN of $ELECTION_DSN, or of a private server that the
+// demo starts from the mariadbd/mysqld on PATH.
+func server() (string, func(), error) {
+	if dsn := os.Getenv("ELECTION_DSN"); dsn != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return "", nil, fmt.Errorf("ELECTION_DSN: %w", err)
+		}
+		if cfg.DBName == "" {
+			return "", nil, fmt.Errorf("ELECTION_DSN must name a database, as in root@tcp(127.0.0.1:3306)/demo")
+		}
+		return dsn, func() {}, nil
+	}
+	bin := mysqltest.PrivateBinary()
+	if bin == "" {
+		return "", nil, fmt.Errorf("no server: set ELECTION_DSN, or install MariaDB (scripts/demo.sh does)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := mysqltest.StartPrivate(ctx, bin)
+	if err != nil {
+		return "", nil, err
+	}
+	fmt.Println("using", s.Describe())
+	db, err := sql.Open("mysql", s.DSN(""))
+	if err == nil {
+		_, err = db.ExecContext(ctx, "CREATE DATABASE demo")
+		db.Close()
+	}
+	if err != nil {
+		s.Close()
+		return "", nil, err
+	}
+	return s.DSN("demo"), s.Close, nil
+}

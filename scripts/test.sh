@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against a real server: the one in
+# $ELECTION_TEST_DSN, or a private MariaDB this script installs if needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/mariadb.sh
+ensure_mariadb
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change: $unformatted" >&2
+  exit 1
+fi
+go vet ./...
+go test -race -count=1 -timeout 20m "$@" ./...
