@@ -246,11 +246,12 @@ func childMain() int {
 
 // group is a set of candidate processes with one stream of their events.
 type group struct {
-	t      testing.TB
-	dsn    string
-	name   string
-	procs  map[string]*exec.Cmd
-	events chan event
+	t       testing.TB
+	dsn     string
+	name    string
+	procs   map[string]*exec.Cmd
+	events  chan event
+	pending []event // received, not yet returned by next
 }
 
 func newGroup(t testing.TB, dsn, name string) *group {
@@ -303,9 +304,17 @@ func (g *group) signal(id string, sig syscall.Signal) {
 	}
 }
 
-// next returns the next event for which match is true, skipping others.
+// next returns the earliest event, not yet returned, for which match is
+// true. Events that do not match stay pending for later calls: a process's
+// events may arrive interleaved with another's in either order.
 func (g *group) next(match func(event) bool, limit time.Duration) event {
 	g.t.Helper()
+	for i, e := range g.pending {
+		if match(e) {
+			g.pending = append(g.pending[:i], g.pending[i+1:]...)
+			return e
+		}
+	}
 	timeout := time.After(limit)
 	for {
 		select {
@@ -316,6 +325,7 @@ func (g *group) next(match func(event) bool, limit time.Duration) event {
 			if match(e) {
 				return e
 			}
+			g.pending = append(g.pending, e)
 		case <-timeout:
 			g.t.Fatalf("no matching event within %v", limit)
 		}
