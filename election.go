@@ -50,6 +50,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -62,6 +63,9 @@ const (
 	DefaultLease    = 5 * time.Second
 	DefaultMargin   = time.Second
 )
+
+// DefaultHistoryLimit is how many past terms each election keeps.
+const DefaultHistoryLimit = 1000
 
 // maxWaitTimeout is the largest wait_timeout the server accepts, in seconds.
 const maxWaitTimeout = 31536000
@@ -97,6 +101,15 @@ var (
 	// ErrLockLost: the session is alive but no longer holds the election,
 	// or the record names another term.
 	ErrLockLost = errors.New("election: lock no longer held")
+	// ErrDemoted: an operator asked the leader to step down (Demote,
+	// Handover) and it did.
+	ErrDemoted = errors.New("election: demoted")
+
+	// ErrNotCandidate: a hand-over named a candidate that is not alive.
+	ErrNotCandidate = errors.New("election: not a live candidate")
+	// ErrKillDenied: the server refused to kill a stuck leader's session;
+	// the message names the privilege to grant.
+	ErrKillDenied = errors.New("election: not allowed to kill the leader's session")
 )
 
 // Config tunes an Elector. The zero value of every field means its default.
@@ -126,6 +139,9 @@ type Config struct {
 	// SkipCreateTables stops the Elector from creating missing tables on
 	// first use; see SchemaDDL.
 	SkipCreateTables bool
+	// HistoryLimit bounds the term history kept per election. Default
+	// DefaultHistoryLimit.
+	HistoryLimit int
 	// Logger receives the Elector's structured logs. Default: none.
 	Logger *slog.Logger
 }
@@ -150,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TablePrefix == "" {
 		c.TablePrefix = DefaultTablePrefix
+	}
+	if c.HistoryLimit == 0 {
+		c.HistoryLimit = DefaultHistoryLimit
 	}
 	if c.Identity == "" {
 		c.Identity = defaultIdentity()
@@ -177,6 +196,8 @@ func (c Config) validate() error {
 		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
 	case len(c.Identity) > 255 || !utf8.ValidString(c.Identity):
 		return bad("Identity %q must be valid UTF-8 of at most 255 bytes", c.Identity)
+	case c.HistoryLimit < 1:
+		return bad("HistoryLimit %d must be at least 1", c.HistoryLimit)
 	}
 	return validatePrefix(c.TablePrefix)
 }
@@ -202,6 +223,26 @@ type Elector struct {
 	lockName string // derived from the database name on first use
 	busy     bool   // a campaign or a term is under way
 	term     *Term  // the current term, if any
+
+	stats struct{ terms, kills, killsDenied, demotions atomic.Uint64 }
+}
+
+// Stats counts what an Elector has done since New.
+type Stats struct {
+	Terms       uint64 // terms this candidate started
+	Kills       uint64 // sessions of stuck or disobedient leaders it killed
+	KillsDenied uint64 // kills the server refused (see ErrKillDenied)
+	Demotions   uint64 // demotions and hand-overs it requested
+}
+
+// Stats returns the Elector's counters.
+func (e *Elector) Stats() Stats {
+	return Stats{
+		Terms:       e.stats.terms.Load(),
+		Kills:       e.stats.kills.Load(),
+		KillsDenied: e.stats.killsDenied.Load(),
+		Demotions:   e.stats.demotions.Load(),
+	}
 }
 
 // New returns a candidate for the election called name on db. It validates
@@ -303,9 +344,12 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
 		return nil, err
 	}
 	t, err := e.acquire(waitCtx, termCtx)
-	if err != nil {
+	switch {
+	case t == nil:
 		e.unclaim()
 		return nil, err
+	case err != nil:
+		return nil, err // the term ended early; its keeper released the claim
 	}
 	e.mu.Lock()
 	e.term = t
@@ -324,6 +368,11 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
 // errors that retrying cannot fix (ErrInvalidConfig, ErrSchema,
 // ErrCampaigning).
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Interval)
+		e.leave(ctx)
+		cancel()
+	}()
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = e.cfg.Interval
 	b.MaxInterval = e.cfg.Lease
@@ -382,8 +431,11 @@ func permanent(err error) bool {
 type holder interface {
 	// renew confirms, within ctx, that the hold is still ours and extends it.
 	renew(ctx context.Context) error
-	// release gives the election up for the next candidate.
-	release(ctx context.Context) error
+	// release records why the leader chose to end the term and gives the
+	// election up for the next candidate.
+	release(ctx context.Context, why string) error
+	// lost records why a term ended that the leader did not choose to end.
+	lost(ctx context.Context, why string) error
 	// close frees every resource; the hold is gone for sure afterwards.
 	close()
 }
@@ -419,6 +471,7 @@ func newTerm(e *Elector, h holder, token uint64, sent time.Time, parent context.
 		until: sent.Add(e.cfg.Lease),
 	}
 	t.timer = time.AfterFunc(time.Until(t.until), func() { cancel(ErrLeaseExpired) })
+	e.stats.terms.Add(1)
 	go t.keep(parent)
 	return t
 }
@@ -520,14 +573,58 @@ func (t *Term) keep(parent context.Context) {
 		break
 	}
 	reason := context.Cause(t.ctx)
-	if errors.Is(reason, ErrResigned) || parent.Err() != nil {
+	why := t.why(reason, parent)
+	if why == stateResigned || why == stateDemoted || why == stateHandedOver {
 		// The leader chose to stop: release so the next candidate need not
 		// wait, but never past the lease.
 		ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
-		if err := t.h.release(ctx); err != nil {
+		if err := t.h.release(ctx, why); err != nil {
 			log.Warn("release failed; dropping the session instead", "err", err)
+		}
+		cancel()
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), t.e.cfg.Interval)
+		if err := t.h.lost(ctx, why); err != nil {
+			log.Warn("could not record why the term ended", "reason", why, "err", err)
 		}
 		cancel()
 	}
 	log.Info("term ended", "reason", reason)
+}
+
+// why names a term's end for the record and the history.
+func (t *Term) why(reason error, parent context.Context) string {
+	switch {
+	case errors.Is(reason, ErrResigned), parent.Err() != nil && errors.Is(reason, context.Cause(parent)):
+		return stateResigned
+	case errors.Is(reason, errHandedOver):
+		return stateHandedOver
+	case errors.Is(reason, ErrDemoted):
+		return stateDemoted
+	case errors.Is(reason, ErrLeaseExpired):
+		return stateLeaseExpired
+	case errors.Is(reason, ErrLockLost):
+		return stateLockLost
+	}
+	return stateSessionLost
+}
+
+// waitLockDelay holds a new term back for delay, keeping it renewed, when
+// its predecessor was asked to step down and had to be killed: that
+// leader's lease may still run. It returns the term's end if it ends first.
+func (t *Term) waitLockDelay(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return nil
+	}
+	t.e.log.Info("waiting out the lock-delay of a killed leader", "delay", delay)
+	select {
+	case <-time.After(delay):
+		return nil
+	case <-t.Done():
+		t.Resign(context.WithoutCancel(ctx))
+		return fmt.Errorf("election: the term ended during the lock-delay: %w", t.Err())
+	case <-ctx.Done():
+		t.Resign(context.WithoutCancel(ctx))
+		return ctx.Err()
+	}
 }

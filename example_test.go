@@ -153,4 +153,6 @@ func ExampleSchemaDDL() {
 	// Output:
 	// CREATE TABLE IF NOT EXISTS `election_record` (
 	// CREATE TABLE IF NOT EXISTS `election_epoch` (
+	// CREATE TABLE IF NOT EXISTS `election_candidate` (
+	// CREATE TABLE IF NOT EXISTS `election_term` (
 }

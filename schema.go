@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultTablePrefix starts the names of the tables the package uses:
-// election_record and election_epoch.
+// election_record, election_epoch, election_candidate and election_term.
 const DefaultTablePrefix = "election"
 
 // maxNameBytes is what the record's TEXT column holds.
@@ -25,13 +25,17 @@ var prefixPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,40}$`)
 
 // tables names the tables of one prefix.
 type tables struct {
-	record string // the keepalive row: holder, renewals, state
-	epoch  string // the fencing row: only term starts write it
+	record    string // the keepalive row: holder, renewals, state, requests
+	epoch     string // the fencing row: only term starts write it
+	candidate string // one heartbeat row per candidate
+	term      string // the history of terms
 }
 
 func tablesFor(prefix string) tables {
-	return tables{record: prefix + "_record", epoch: prefix + "_epoch"}
+	return tables{record: prefix + "_record", epoch: prefix + "_epoch", candidate: prefix + "_candidate", term: prefix + "_term"}
 }
+
+func (t tables) all() []string { return []string{t.record, t.epoch, t.candidate, t.term} }
 
 func validatePrefix(prefix string) error {
 	if !prefixPattern.MatchString(prefix) {
@@ -70,24 +74,49 @@ func ddl(t tables) []string {
 	// shared lock on it, which must never block the leader's keepalives.
 	return []string{
 		"CREATE TABLE IF NOT EXISTS `" + t.record + "` (\n" +
-			"  lock_name  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
-			"  name       TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
-			"  state      VARCHAR(16) CHARACTER SET ascii NOT NULL,\n" +
-			"  epoch      BIGINT UNSIGNED NOT NULL,\n" +
-			"  holder     VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
-			"  host       VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
-			"  pid        INT NOT NULL,\n" +
-			"  conn_id    BIGINT UNSIGNED NOT NULL,\n" +
-			"  lease_us   BIGINT NOT NULL,\n" +
-			"  since      DATETIME(6) NOT NULL,\n" +
-			"  renewed_at DATETIME(6) NOT NULL,\n" +
-			"  ended_at   DATETIME(6) NULL,\n" +
+			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+			"  name           TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  state          VARCHAR(16) CHARACTER SET ascii NOT NULL,\n" +
+			"  epoch          BIGINT UNSIGNED NOT NULL,\n" +
+			"  holder         VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  host           VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
+			"  pid            INT NOT NULL,\n" +
+			"  conn_id        BIGINT UNSIGNED NOT NULL,\n" +
+			"  lease_us       BIGINT NOT NULL,\n" +
+			"  since          DATETIME(6) NOT NULL,\n" +
+			"  renewed_at     DATETIME(6) NOT NULL,\n" +
+			"  ended_at       DATETIME(6) NULL,\n" +
+			"  demote_epoch   BIGINT UNSIGNED NULL,\n" +
+			"  demote_at      DATETIME(6) NULL,\n" +
+			"  handover_to    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,\n" +
+			"  handover_until DATETIME(6) NULL,\n" +
 			"  PRIMARY KEY (lock_name)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
-			"  lock_name  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
-			"  epoch      BIGINT UNSIGNED NOT NULL,\n" +
+			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+			"  epoch          BIGINT UNSIGNED NOT NULL,\n" +
 			"  PRIMARY KEY (lock_name)\n" +
+			") ENGINE=InnoDB",
+		"CREATE TABLE IF NOT EXISTS `" + t.candidate + "` (\n" +
+			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+			"  identity       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  host           VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
+			"  pid            INT NOT NULL,\n" +
+			"  since          DATETIME(6) NOT NULL,\n" +
+			"  seen_at        DATETIME(6) NOT NULL,\n" +
+			"  expiry_us      BIGINT NOT NULL,\n" +
+			"  PRIMARY KEY (lock_name, identity)\n" +
+			") ENGINE=InnoDB",
+		"CREATE TABLE IF NOT EXISTS `" + t.term + "` (\n" +
+			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
+			"  epoch          BIGINT UNSIGNED NOT NULL,\n" +
+			"  holder         VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  host           VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
+			"  pid            INT NOT NULL,\n" +
+			"  started_at     DATETIME(6) NOT NULL,\n" +
+			"  ended_at       DATETIME(6) NULL,\n" +
+			"  reason         VARCHAR(32) CHARACTER SET ascii NULL,\n" +
+			"  PRIMARY KEY (lock_name, epoch)\n" +
 			") ENGINE=InnoDB",
 	}
 }
@@ -121,8 +150,8 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 
 // checkSchema verifies that the tables exist and can be read.
 func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
-	for _, name := range []string{t.record, t.epoch} {
-		if _, err := db.ExecContext(ctx, "SELECT lock_name, epoch FROM `"+name+"` LIMIT 0"); err != nil {
+	for _, name := range t.all() {
+		if _, err := db.ExecContext(ctx, "SELECT lock_name FROM `"+name+"` LIMIT 0"); err != nil {
 			return schemaError(t, err)
 		}
 	}
