@@ -574,9 +574,18 @@ func (t *Term) keep(parent context.Context) {
 	}
 	reason := context.Cause(t.ctx)
 	why := t.why(reason, parent)
+	if why == stateDemoted || why == stateHandedOver {
+		// The leader did not choose this end: its code gets until Resign
+		// (Run calls it once fn has returned), within the lease, to stop
+		// before the next leader can start.
+		select {
+		case <-t.resign:
+		case <-time.After(time.Until(t.deadline())):
+		}
+	}
 	if why == stateResigned || why == stateDemoted || why == stateHandedOver {
-		// The leader chose to stop: release so the next candidate need not
-		// wait, but never past the lease.
+		// Release so the next candidate need not wait, but never past the
+		// lease.
 		ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
 		if err := t.h.release(ctx, why); err != nil {
 			log.Warn("release failed; dropping the session instead", "err", err)

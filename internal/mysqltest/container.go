@@ -50,7 +50,7 @@ func startMariaDBContainer(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mysqltest: a Docker engine answers, but starting %s failed: %w", ContainerImage, err)
 	}
-	dsn, err := c.ConnectionString(ctx, "parseTime=true")
+	dsn, err := c.ConnectionString(ctx)
 	if err != nil {
 		testcontainers.TerminateContainer(c)
 		return nil, fmt.Errorf("mysqltest: %s: %w", ContainerImage, err)

@@ -128,7 +128,6 @@ func StartPrivate(ctx context.Context, bin string) (*Server, error) {
 	s.dsn.User = "root"
 	s.dsn.Net = "tcp"
 	s.dsn.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	s.dsn.ParseTime = true
 	s.stop = func() { os.RemoveAll(dir) }
 	if err := s.Boot(ctx); err != nil {
 		s.Close()
