@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/leakcheck"
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+var server *mysqltest.Server
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	s, err := mysqltest.Start(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server = s
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(10 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	s.Close()
+	os.Exit(code)
+}
+
+var fast = election.Config{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second}
+
+// cluster runs candidates of one election in this process.
+type cluster struct {
+	t      *testing.T
+	db     *sql.DB
+	dsn    string
+	cancel map[string]context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newCluster(t *testing.T) *cluster {
+	name := server.NewDatabase(t)
+	c := &cluster{t: t, db: server.Open(t, name), dsn: server.DSN(name), cancel: map[string]context.CancelFunc{}}
+	t.Cleanup(func() {
+		for _, stop := range c.cancel {
+			stop()
+		}
+		c.wg.Wait()
+	})
+	return c
+}
+
+func (c *cluster) add(election_, id string) {
+	cfg := fast
+	cfg.Identity = id
+	e, err := election.New(c.db, election_, cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	c.cancel[id] = stop
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		e.Run(ctx, func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+	}()
+}
+
+func (c *cluster) waitLeader(name string) string {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		recs, _ := election.Elections(context.Background(), c.db, "")
+		for _, r := range recs {
+			if r.Name == name && r.Leading() {
+				return r.Identity
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader of %s", name)
+	return ""
+}
+
+// ctl runs electctl with the cluster's DSN and returns its exit code and
+// output.
+func (c *cluster) ctl(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), append([]string{"--dsn", c.dsn}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestStatusHistoryCandidates(t *testing.T) {
+	c := newCluster(t)
+	c.add("billing", "host-a")
+	leader := c.waitLeader("billing")
+	c.add("billing", "host-b")
+	c.add("reports", "host-c")
+	c.waitLeader("reports")
+
+	code, out, _ := c.ctl("status")
+	if code != exitOK || !strings.Contains(out, "ELECTION") || !strings.Contains(out, "billing") || !strings.Contains(out, "reports") || !strings.Contains(out, "(recorded)") {
+		t.Fatalf("status: %d\n%s", code, out)
+	}
+	code, out, _ = c.ctl("status", "billing", "--json")
+	var rec recordView
+	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil || rec.Leader != leader || !rec.Leading || rec.Token != 1 || rec.LockConnID != rec.ConnID {
+		t.Fatalf("status --json: %d %v\n%s", code, err, out)
+	}
+	code, _, errOut := c.ctl("status", "nosuch")
+	if code != exitNotFound || !strings.Contains(errOut, "not found") {
+		t.Fatalf("status of an unknown election: %d %s", code, errOut)
+	}
+	waitCandidates(t, c, "billing", 2)
+	code, out, _ = c.ctl("candidates", "billing", "--json")
+	var cands []map[string]any
+	if err := json.Unmarshal([]byte(out), &cands); code != exitOK || err != nil || len(cands) != 2 {
+		t.Fatalf("candidates --json: %d %v\n%s", code, err, out)
+	}
+	code, out, _ = c.ctl("candidates", "billing")
+	if code != exitOK || !strings.Contains(out, "leader") || !strings.Contains(out, "host-b") {
+		t.Fatalf("candidates: %d\n%s", code, out)
+	}
+	code, out, _ = c.ctl("history", "billing", "--json")
+	var hist []map[string]any
+	if err := json.Unmarshal([]byte(out), &hist); code != exitOK || err != nil || len(hist) != 1 || hist[0]["leader"] != leader {
+		t.Fatalf("history --json: %d %v\n%s", code, err, out)
+	}
+}
+
+func waitCandidates(t *testing.T, c *cluster, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		code, out, _ := c.ctl("candidates", name, "--json")
+		var cands []map[string]any
+		if code == exitOK && json.Unmarshal([]byte(out), &cands) == nil && len(cands) == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never had %d candidates", name, n)
+}
+
+func TestDemoteHandoverCheck(t *testing.T) {
+	c := newCluster(t)
+	c.add("cron", "a")
+	c.waitLeader("cron")
+	c.add("cron", "b")
+	c.add("cron", "c")
+	waitCandidates(t, c, "cron", 3)
+
+	if code, out, _ := c.ctl("check", "cron", "a"); code != exitOK || !strings.Contains(out, "a leads") {
+		t.Fatalf("check of the leader: %d %s", code, out)
+	}
+	if code, out, _ := c.ctl("check", "cron", "b"); code != exitNotLeader || !strings.Contains(out, "a leads, not b") {
+		t.Fatalf("check of a follower: %d %s", code, out)
+	}
+	code, out, _ := c.ctl("demote", "cron")
+	if code != exitOK || !strings.Contains(out, "a (token 1) stepped down") {
+		t.Fatalf("demote: %d %s", code, out)
+	}
+	code, out, errOut := c.ctl("handover", "cron", "nobody")
+	if code != exitRefused || !strings.Contains(errOut, "not a live candidate") {
+		t.Fatalf("handover to an unknown candidate: %d %s %s", code, out, errOut)
+	}
+	target := "c"
+	if c.waitLeader("cron") == "c" {
+		target = "a"
+	}
+	code, out, _ = c.ctl("handover", "cron", target, "--json")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || res["new_leader"] != target || res["killed"] != false {
+		t.Fatalf("handover --json: %d %v %s", code, err, out)
+	}
+	for _, stop := range c.cancel {
+		stop()
+	}
+	c.wg.Wait()
+	if code, out, _ := c.ctl("check", "cron", target); code != exitNoLeader {
+		t.Fatalf("check without a leader: %d %s", code, out)
+	}
+	if code, _, errOut := c.ctl("demote", "cron"); code != exitNoLeader || !strings.Contains(errOut, "no leader") {
+		t.Fatalf("demote without a leader: %d %s", code, errOut)
+	}
+	code, out, _ = c.ctl("history", "cron")
+	if code != exitOK || !strings.Contains(out, "demoted") || !strings.Contains(out, "handed-over") || !strings.Contains(out, "resigned") {
+		t.Fatalf("history: %d\n%s", code, out)
+	}
+}
+
+func TestWatch(t *testing.T) {
+	c := newCluster(t)
+	if err := election.CreateSchema(context.Background(), c.db, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan int)
+	go func() { done <- run(ctx, []string{"watch", "--dsn", c.dsn, "jobs"}, &out, os.Stderr) }()
+	time.Sleep(300 * time.Millisecond)
+	c.add("jobs", "a")
+	c.waitLeader("jobs")
+	c.cancel["a"]()
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("watch exited %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "no leader") || !strings.Contains(lines[1], "term 1 started: a leads") || !strings.Contains(lines[2], "term 1 of a ended (resigned)") {
+		t.Fatalf("watch printed:\n%s", out.String())
+	}
+}
+
+func TestUsageAndErrors(t *testing.T) {
+	var out, errOut bytes.Buffer
+	ctx := context.Background()
+	if code := run(ctx, nil, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "usage: electctl") {
+		t.Fatalf("no command: %d", code)
+	}
+	for _, cmd := range []string{"status", "watch", "history", "candidates", "demote", "handover", "check", "schema"} {
+		errOut.Reset()
+		if code := run(ctx, []string{cmd, "--help"}, &out, &errOut); code != exitOK || !strings.Contains(errOut.String(), "-dsn") {
+			t.Fatalf("%s --help: %d %s", cmd, code, errOut.String())
+		}
+	}
+	errOut.Reset()
+	if code := run(ctx, []string{"handover", "--dsn", "u@tcp(127.0.0.1:1)/d", "only-name"}, &out, &errOut); code != exitUsage {
+		t.Fatalf("missing argument: %d", code)
+	}
+	t.Setenv("ELECTION_DSN", "")
+	errOut.Reset()
+	if code := run(ctx, []string{"status"}, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "ELECTION_DSN") {
+		t.Fatalf("no DSN: %d %s", code, errOut.String())
+	}
+	errOut.Reset()
+	code := run(ctx, []string{"status", "--dsn", "app:s3cret@tcp(127.0.0.1:1)/d?timeout=1s"}, &out, &errOut)
+	if code != exitError || !strings.Contains(errOut.String(), "cannot reach") || strings.Contains(errOut.String(), "s3cret") {
+		t.Fatalf("unreachable server: %d %s", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run(ctx, []string{"status", "--dsn", server.DSN("")}, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "names no database") {
+		t.Fatalf("DSN without a database: %d %s", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run(ctx, []string{"status", "--dsn", server.DSN(server.NewDatabase(t))}, &out, &errOut); code != exitNotFound || !strings.Contains(errOut.String(), "CREATE TABLE") {
+		t.Fatalf("missing tables: %d %s", code, errOut.String())
+	}
+	out.Reset()
+	if code := run(ctx, []string{"schema"}, &out, &errOut); code != exitOK || strings.Count(out.String(), "CREATE TABLE") != 4 {
+		t.Fatalf("schema: %d %s", code, out.String())
+	}
+}
