@@ -254,7 +254,7 @@ func (e *Elector) Handover(ctx context.Context, identity string) (killed bool, e
 		return false, fmt.Errorf("election: reading the candidates: %w", schemaError(e.tbl, err))
 	}
 	if !alive {
-		return false, fmt.Errorf("%w: %q is not a live candidate of election %q; list them with Candidates (electctl candidates)", ErrNotCandidate, identity, e.name)
+		return false, fmt.Errorf("%w: no candidate %q of election %q has sent a heartbeat lately; list them with Candidates (electctl candidates)", ErrNotCandidate, identity, e.name)
 	}
 	return e.demote(ctx, identity)
 }

@@ -173,7 +173,7 @@ func TestDemoteHandoverCheck(t *testing.T) {
 		t.Fatalf("demote: %d %s", code, out)
 	}
 	code, out, errOut := c.ctl("handover", "cron", "nobody")
-	if code != exitRefused || !strings.Contains(errOut, "not a live candidate") {
+	if code != exitRefused || !strings.Contains(errOut, `no candidate "nobody"`) {
 		t.Fatalf("handover to an unknown candidate: %d %s %s", code, out, errOut)
 	}
 	target := "c"
