@@ -443,6 +443,11 @@ type holder interface {
 // Term is one period of leadership: it starts when Campaign returns and ends
 // when its context is cancelled. Its token is higher than that of every
 // earlier term of the election.
+//
+// When a term ends because an operator demoted it (Err is ErrDemoted), its
+// context is cancelled at once but the lock is kept until Resign is called,
+// or the lease runs out, so that the next leader starts only after this
+// one's code has stopped: call Resign when the work has stopped (Run does).
 type Term struct {
 	e     *Elector
 	token uint64
