@@ -110,14 +110,50 @@ var (
 	// ErrKillDenied: the server refused to kill a stuck leader's session;
 	// the message names the privilege to grant.
 	ErrKillDenied = errors.New("election: not allowed to kill the leader's session")
+	// ErrStrategy: candidates of another strategy run this election.
+	ErrStrategy = errors.New("election: the election runs with another strategy")
+	// ErrUnsupported: the server cannot give this strategy's guarantees (for
+	// GetLock: Galera, multi-primary Group Replication); the message names
+	// the strategy to use.
+	ErrUnsupported = errors.New("election: strategy not supported by this server")
 )
+
+// Strategy is how candidates hold an election.
+type Strategy int
+
+const (
+	// GetLock (the default) pins one session per candidate and holds the
+	// election with GET_LOCK: failover in milliseconds when a leader dies.
+	GetLock Strategy = iota
+	// LeaseRow holds the election with a lease in the record row, renewed
+	// every Interval through the pool: no pinned session, so it works
+	// through proxies and on Galera and multi-primary Group Replication,
+	// but a dead leader is replaced only after Lease+Margin.
+	LeaseRow
+)
+
+// String returns the name stored in the record: "get_lock" or "lease".
+func (s Strategy) String() string {
+	switch s {
+	case GetLock:
+		return "get_lock"
+	case LeaseRow:
+		return "lease"
+	}
+	return fmt.Sprintf("Strategy(%d)", int(s))
+}
 
 // Config tunes an Elector. The zero value of every field means its default.
 // New checks the timings as a whole; see the package documentation for what
 // they mean together.
 type Config struct {
+	// Strategy is GetLock (default) or LeaseRow. Every candidate of an
+	// election must use the same one; a candidate of another is refused
+	// with ErrStrategy while one is alive.
+	Strategy Strategy
 	// Identity names this candidate in the record, to operators and in
-	// logs. Default: host-pid-random. At most 255 characters.
+	// logs. Default: host-pid-random. At most 255 characters. Give every
+	// candidate its own.
 	Identity string
 	// Interval is how often the leader renews its keepalive. Default 1s.
 	Interval time.Duration
@@ -198,6 +234,8 @@ func (c Config) validate() error {
 		return bad("Identity %q must be valid UTF-8 of at most 255 bytes", c.Identity)
 	case c.HistoryLimit < 1:
 		return bad("HistoryLimit %d must be at least 1", c.HistoryLimit)
+	case c.Strategy != GetLock && c.Strategy != LeaseRow:
+		return bad("Strategy %v is unknown: use election.GetLock or election.LeaseRow", c.Strategy)
 	}
 	return validatePrefix(c.TablePrefix)
 }
@@ -300,6 +338,17 @@ func (e *Elector) prepare(ctx context.Context) (string, error) {
 	if err := check(ctx, e.db, e.tbl); err != nil {
 		return "", err
 	}
+	p, err := detectPlatform(ctx, e.db)
+	if err != nil {
+		return "", err
+	}
+	warnings, err := p.check(e.cfg.Strategy)
+	if err != nil {
+		return "", err
+	}
+	for _, w := range warnings {
+		e.log.Warn(w)
+	}
 	e.mu.Lock()
 	e.lockName, e.ready = lock, true
 	e.mu.Unlock()
@@ -343,7 +392,11 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
 	if err := e.claim(); err != nil {
 		return nil, err
 	}
-	t, err := e.acquire(waitCtx, termCtx)
+	acquire := e.acquireLock
+	if e.cfg.Strategy == LeaseRow {
+		acquire = e.acquireLease
+	}
+	t, err := acquire(waitCtx, termCtx)
 	switch {
 	case t == nil:
 		e.unclaim()
@@ -366,7 +419,7 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
 // ctx's error once ctx ends, fn's result if fn returns while the term is
 // still held (the work is done; the term is resigned first), and at once on
 // errors that retrying cannot fix (ErrInvalidConfig, ErrSchema,
-// ErrCampaigning).
+// ErrCampaigning, ErrStrategy, ErrUnsupported).
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Interval)
@@ -424,12 +477,22 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 }
 
 func permanent(err error) bool {
-	return errors.Is(err, ErrInvalidConfig) || errors.Is(err, ErrSchema) || errors.Is(err, ErrCampaigning)
+	for _, p := range []error{ErrInvalidConfig, ErrSchema, ErrCampaigning, ErrStrategy, ErrUnsupported} {
+		if errors.Is(err, p) {
+			return true
+		}
+	}
+	return false
 }
+
+// errTransient marks a renewal that failed but may succeed if tried again
+// within the lease (a lease row reached through the pool).
+var errTransient = errors.New("transient")
 
 // holder is a strategy's hold on a won election, as a Term drives it.
 type holder interface {
 	// renew confirms, within ctx, that the hold is still ours and extends it.
+	// An error wrapping errTransient leaves the term to its lease.
 	renew(ctx context.Context) error
 	// release records why the leader chose to end the term and gives the
 	// election up for the next candidate.
@@ -567,6 +630,10 @@ func (t *Term) keep(parent context.Context) {
 			cancel()
 			if err == nil {
 				t.extend(sent)
+				continue
+			}
+			if errors.Is(err, errTransient) && time.Now().Before(t.deadline()) {
+				log.Warn("keepalive failed; retrying within the lease", "err", err)
 				continue
 			}
 			if !time.Now().Before(t.deadline()) {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -24,11 +25,30 @@ const (
 	stateLost         = "lost"          // ended without saying why (crash, outside kill)
 )
 
+// errHandedOver marks a demotion that names a successor.
+var errHandedOver = errors.New("handing over")
+
+// errYield: the election was won while a hand-over to another live
+// candidate is pending; the term is not started.
+var errYield = errors.New("election: yielding to the hand-over target")
+
+// errHeld: the lease strategy found the election held.
+var errHeld = errors.New("election: held by another candidate")
+
+// demotion is the error that ends a term whose record asks it to step down.
+func demotion(handTo sql.NullString) error {
+	if handTo.Valid {
+		return fmt.Errorf("%w: %w to %q", ErrDemoted, errHandedOver, handTo.String)
+	}
+	return ErrDemoted
+}
+
 // Record is the keepalive row of an election as anyone with SELECT on the
 // tables can read it, together with who holds the lock now. Times come from
 // the database clock.
 type Record struct {
 	Name     string // the election's name
+	Strategy string // "get_lock" or "lease"
 	State    string // "leading", or why the last term ended (see History)
 	Token    uint64 // the epoch of the term the record describes
 	Identity string // the holder's identity
@@ -53,19 +73,25 @@ type Record struct {
 }
 
 // Leading reports whether the record describes a live leader: a term in
-// state leading whose session holds the lock and whose last renewal is
-// younger than its lease plus margin.
+// state leading whose last renewal is younger than its lease plus margin
+// and, under GetLock, whose session holds the lock.
 func (r Record) Leading() bool {
-	return r.State == stateLeading && r.LockConnID != 0 && r.LockConnID == r.ConnID && r.RenewedAgo <= r.Expiry
+	return r.State == stateLeading && r.holds() && r.RenewedAgo <= r.Expiry
+}
+
+// holds reports whether the recorded holder still holds what the strategy
+// holds the election with: the lock for GetLock, the row itself for LeaseRow.
+func (r Record) holds() bool {
+	return r.Strategy == LeaseRow.String() || r.LockConnID != 0 && r.LockConnID == r.ConnID
 }
 
 // overdue says why the recorded holder's session must be killed, or "":
 // it holds the lock (cross-checked with IS_USED_LOCK) yet has not renewed
 // for longer than its lease plus margin, so it is stuck inside a query (an
 // idle one would have been dropped by wait_timeout); or it was asked to
-// step down longer than that ago and has not.
+// step down longer than that ago and has not. A lease holds no session.
 func (r Record) overdue() string {
-	if r.State != stateLeading || r.LockConnID == 0 || r.LockConnID != r.ConnID {
+	if r.State != stateLeading || r.Strategy != GetLock.String() || !r.holds() {
 		return ""
 	}
 	switch {
@@ -153,7 +179,7 @@ func readRecord(ctx context.Context, q querier, t tables, lock string) (Record, 
 }
 
 func readRecords(ctx context.Context, q querier, t tables, where string, args ...any) ([]Record, error) {
-	rows, err := q.QueryContext(ctx, "SELECT name, state, epoch, holder, host, pid, conn_id, "+
+	rows, err := q.QueryContext(ctx, "SELECT name, strategy, state, epoch, holder, host, pid, conn_id, "+
 		utcMicros("since")+", "+utcMicros("renewed_at")+", "+utcMicros("ended_at")+", "+
 		ageMicros("renewed_at")+", lease_us, IS_USED_LOCK(lock_name), "+
 		"IF(demote_epoch <=> epoch, "+ageMicros("demote_at")+", NULL), handover_to "+
@@ -170,7 +196,7 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 			leased, owner                       sql.NullInt64
 			handTo                              sql.NullString
 		)
-		if err := rows.Scan(&r.Name, &r.State, &r.Token, &r.Identity, &r.Host, &r.PID, &r.ConnID,
+		if err := rows.Scan(&r.Name, &r.Strategy, &r.State, &r.Token, &r.Identity, &r.Host, &r.PID, &r.ConnID,
 			&since, &renewed, &ended, &ago, &leased, &owner, &demoted, &handTo); err != nil {
 			return nil, fmt.Errorf("election: reading the record: %w", err)
 		}
@@ -303,7 +329,7 @@ func (e *Elector) demote(ctx context.Context, to string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if cur.Token != rec.Token || cur.State != stateLeading || cur.LockConnID != cur.ConnID {
+		if cur.Token != rec.Token || cur.State != stateLeading || !cur.holds() {
 			return false, nil // the term has ended
 		}
 		if why := cur.overdue(); why != "" {
@@ -311,3 +337,154 @@ func (e *Elector) demote(ctx context.Context, to string) (bool, error) {
 		}
 	}
 }
+
+// heartbeatPeriod is how often a candidate refreshes its row.
+func (c Config) heartbeatPeriod() time.Duration { return max(c.CheckInterval, c.Lease/2) }
+
+// join writes this candidate's first heartbeat, refuses to join an election
+// that live candidates of another strategy run, and deletes the rows of
+// candidates dead for ten of their expiry periods.
+func (e *Elector) join(ctx context.Context, q querier, lock string, seen *time.Time) error {
+	var other sql.NullString
+	err := q.QueryRowContext(ctx, "SELECT MIN(identity) FROM `"+e.tbl.candidate+"` WHERE lock_name = ? AND strategy <> ? AND "+
+		ageMicros("seen_at")+" <= expiry_us", lock, e.cfg.Strategy.String()).Scan(&other)
+	if err != nil {
+		return fmt.Errorf("election: reading the candidates: %w", schemaError(e.tbl, err))
+	}
+	if other.Valid {
+		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, e.name, e.cfg.Strategy)
+	}
+	if err := e.heartbeat(ctx, q, lock, seen); err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, "DELETE FROM `"+e.tbl.candidate+"` WHERE lock_name = ? AND "+
+		ageMicros("seen_at")+" > 10 * expiry_us", lock); err != nil {
+		return fmt.Errorf("election: cleaning up candidates: %w", schemaError(e.tbl, err))
+	}
+	return nil
+}
+
+// heartbeat writes this candidate's row, keeping its first sighting unless
+// the process changed.
+func (e *Elector) heartbeat(ctx context.Context, q querier, lock string, seen *time.Time) error {
+	host, _ := os.Hostname()
+	expiry := 2*e.cfg.heartbeatPeriod() + e.cfg.Margin
+	_, err := q.ExecContext(ctx, "INSERT INTO `"+e.tbl.candidate+"` "+
+		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?) "+
+		"ON DUPLICATE KEY UPDATE since = IF(pid <=> VALUES(pid) AND host <=> VALUES(host), since, VALUES(since)), "+
+		"strategy = VALUES(strategy), host = VALUES(host), pid = VALUES(pid), seen_at = VALUES(seen_at), expiry_us = VALUES(expiry_us)",
+		lock, e.cfg.Identity, e.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds())
+	if err != nil {
+		return fmt.Errorf("election: candidate heartbeat: %w", schemaError(e.tbl, err))
+	}
+	*seen = time.Now()
+	return nil
+}
+
+func (e *Elector) heartbeatIfDue(ctx context.Context, q querier, lock string, seen *time.Time) error {
+	if time.Since(*seen) < e.cfg.heartbeatPeriod() {
+		return nil
+	}
+	return e.heartbeat(ctx, q, lock, seen)
+}
+
+// openTerm starts a term in tx, for the candidate whose session (GetLock:
+// its connection id; LeaseRow: a random id) is given. It reads the record
+// FOR UPDATE and
+//   - refuses (ErrStrategy) while a term of the other strategy still acts;
+//   - under LeaseRow, returns errHeld unless the last term has ended, gone
+//     stale (no renewal for its lease plus margin, database clock), or
+//     ignored a demotion for as long;
+//   - returns errYield while a hand-over to another live candidate is
+//     pending;
+//   - computes the lock-delay: when the last term was asked to step down (or
+//     was killed as stuck) and did not end gracefully, the new term must not
+//     act before that leader's lease has certainly expired;
+//
+// then bumps the epoch, writes the record, closes the last term's history
+// row if nobody did, and opens this term's.
+func (e *Elector) openTerm(ctx context.Context, tx *sql.Tx, lock string, session uint64) (token uint64, delay time.Duration, err error) {
+	t := e.tbl
+	var (
+		prevStrategy, prevState         sql.NullString
+		prevSession, owner, leaseLeftUS sql.NullInt64
+		stale, forced, overdue, yield   sql.NullBool
+	)
+	err = tx.QueryRowContext(ctx, "SELECT strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
+		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
+		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
+		"handover_to IS NOT NULL AND handover_to <> ? AND handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
+		"SELECT 1 FROM `"+t.candidate+"` c WHERE c.lock_name = r.lock_name AND c.identity = r.handover_to "+
+		"AND "+ageMicros("c.seen_at")+" <= c.expiry_us) "+
+		"FROM `"+t.record+"` r WHERE lock_name = ? FOR UPDATE", e.cfg.Identity, lock).
+		Scan(&prevStrategy, &prevState, &prevSession, &owner, &stale, &forced, &overdue, &leaseLeftUS, &yield)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, fmt.Errorf("election: reading the record: %w", schemaError(t, err))
+	}
+	// Does the last term still act, by its own strategy's rules?
+	acting := prevState.String == stateLeading && !stale.Bool &&
+		(prevStrategy.String == LeaseRow.String() || owner.Valid && owner.Int64 == prevSession.Int64)
+	switch {
+	case acting && prevStrategy.String != e.cfg.Strategy.String():
+		return 0, 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, e.name, prevStrategy.String)
+	case acting && e.cfg.Strategy == LeaseRow && !overdue.Bool:
+		return 0, 0, errHeld
+	case yield.Bool:
+		return 0, 0, errYield
+	}
+	var graceful, killed bool
+	switch prevState.String {
+	case stateResigned, stateDemoted, stateHandedOver:
+		graceful = true
+	case stateHangKilled, stateDemoteKilled:
+		killed = true
+	}
+	if (killed || forced.Bool) && !graceful && leaseLeftUS.Int64 > 0 {
+		delay = time.Duration(leaseLeftUS.Int64) * time.Microsecond
+	}
+	// LAST_INSERT_ID(expr) hands the new epoch back in the OK packet: no
+	// second round trip to read it. A first insert reports 0: epoch 1.
+	res, err := tx.ExecContext(ctx, "INSERT INTO `"+t.epoch+"` (lock_name, epoch) VALUES (?, 1) "+
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(epoch + 1)", lock)
+	if err != nil {
+		return 0, 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(t, err))
+	}
+	epoch, err := res.LastInsertId()
+	if err != nil {
+		return 0, 0, fmt.Errorf("election: bumping the epoch: %w", err)
+	}
+	token = max(uint64(epoch), 1)
+	host, _ := os.Hostname()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+t.record+"` "+
+		"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at, ended_at, "+
+		"demote_epoch, demote_at, handover_to, handover_until) "+
+		"VALUES (?, ?, ?, 'leading', ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, NULL, NULL, NULL, NULL) "+
+		"ON DUPLICATE KEY UPDATE name = VALUES(name), strategy = VALUES(strategy), state = VALUES(state), epoch = VALUES(epoch), "+
+		"holder = VALUES(holder), host = VALUES(host), pid = VALUES(pid), conn_id = VALUES(conn_id), "+
+		"lease_us = VALUES(lease_us), since = VALUES(since), renewed_at = VALUES(renewed_at), ended_at = NULL, "+
+		"demote_epoch = NULL, demote_at = NULL, handover_to = NULL, handover_until = NULL",
+		lock, e.name, e.cfg.Strategy.String(), token, e.cfg.Identity, host, os.Getpid(), session,
+		(e.cfg.Lease + e.cfg.Margin).Microseconds()); err != nil {
+		return 0, 0, fmt.Errorf("election: writing the record: %w", schemaError(t, err))
+	}
+	// Terms that ended without saying why (a crash, a kill from outside) are
+	// closed as lost; their leader may still tell the real reason later.
+	if _, err := tx.ExecContext(ctx, "UPDATE `"+t.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
+		"WHERE lock_name = ? AND ended_at IS NULL", stateLost, lock); err != nil {
+		return 0, 0, fmt.Errorf("election: closing the last term: %w", schemaError(t, err))
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+t.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, e.cfg.Identity, host, os.Getpid()); err != nil {
+		return 0, 0, fmt.Errorf("election: writing the history: %w", schemaError(t, err))
+	}
+	if limit := uint64(e.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM `"+t.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit); err != nil {
+			return 0, 0, fmt.Errorf("election: pruning the history: %w", schemaError(t, err))
+		}
+	}
+	return token, delay, nil
+}
+
+// historyPruneEvery spaces out the deletes that bound the history.
+const historyPruneEvery = 16

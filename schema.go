@@ -76,6 +76,7 @@ func ddl(t tables) []string {
 		"CREATE TABLE IF NOT EXISTS `" + t.record + "` (\n" +
 			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
 			"  name           TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  strategy       VARCHAR(16) CHARACTER SET ascii NOT NULL,\n" +
 			"  state          VARCHAR(16) CHARACTER SET ascii NOT NULL,\n" +
 			"  epoch          BIGINT UNSIGNED NOT NULL,\n" +
 			"  holder         VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
@@ -100,6 +101,7 @@ func ddl(t tables) []string {
 		"CREATE TABLE IF NOT EXISTS `" + t.candidate + "` (\n" +
 			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
 			"  identity       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
+			"  strategy       VARCHAR(16) CHARACTER SET ascii NOT NULL,\n" +
 			"  host           VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
 			"  pid            INT NOT NULL,\n" +
 			"  since          DATETIME(6) NOT NULL,\n" +

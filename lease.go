@@ -1,0 +1,125 @@
+package election
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// leaseHold is a candidate of the LeaseRow strategy. It pins no session:
+// every statement goes through the pool, and a random id stands in the
+// record where GetLock puts the connection id.
+type leaseHold struct {
+	e     *Elector
+	lock  string
+	id    uint64
+	token uint64
+	seen  time.Time // last candidate heartbeat
+}
+
+// acquireLease tries to take the lease every CheckInterval until it gets it
+// or waitCtx ends. Each try is one statement while the lease is held, and a
+// transaction (openTerm) only when it looks free.
+func (e *Elector) acquireLease(waitCtx, termCtx context.Context) (*Term, error) {
+	lock, err := e.prepare(waitCtx)
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	h := &leaseHold{e: e, lock: lock, id: binary.BigEndian.Uint64(b[:]) >> 1}
+	if err := e.join(waitCtx, e.db, lock, &h.seen); err != nil {
+		return nil, err
+	}
+	tick := time.NewTicker(e.cfg.CheckInterval)
+	defer tick.Stop()
+	for {
+		sent := time.Now()
+		delay, err := h.take(waitCtx)
+		switch {
+		case err == nil:
+			t := newTerm(e, h, h.token, sent, termCtx)
+			return t, t.waitLockDelay(waitCtx, delay)
+		case !errors.Is(err, errHeld) && !errors.Is(err, errYield):
+			return nil, err
+		}
+		if err := e.heartbeatIfDue(waitCtx, e.db, lock, &h.seen); err != nil {
+			return nil, err
+		}
+		select {
+		case <-tick.C:
+		case <-waitCtx.Done():
+			return nil, waitCtx.Err()
+		}
+	}
+}
+
+// take takes the lease if the election is free, or returns errHeld or
+// errYield.
+func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
+	// A plain read first: while the lease is held, waiters take no row locks.
+	var held bool
+	err := h.e.db.QueryRowContext(ctx, "SELECT state = ? AND strategy = ? AND "+ageMicros("renewed_at")+" <= lease_us "+
+		"AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) "+
+		"FROM `"+h.e.tbl.record+"` WHERE lock_name = ?", stateLeading, LeaseRow.String(), h.lock).Scan(&held)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("election: reading the record: %w", schemaError(h.e.tbl, err))
+	}
+	if held {
+		return 0, errHeld
+	}
+	tx, err := h.e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("election: taking the lease: %w", err)
+	}
+	defer tx.Rollback()
+	token, delay, err := h.e.openTerm(ctx, tx, h.lock, h.id)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("election: taking the lease: %w", err)
+	}
+	h.token = token
+	return delay, nil
+}
+
+// renew extends the lease in one statement. It fails only when the record
+// names another term or asks this one to step down; a failed statement is
+// transient, retried until the local lease runs out.
+func (h *leaseHold) renew(ctx context.Context) error {
+	res, err := h.e.db.ExecContext(ctx, "UPDATE `"+h.e.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
+		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND NOT (demote_epoch <=> epoch)",
+		h.lock, h.token, h.id, stateLeading)
+	if err != nil {
+		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return h.e.heartbeatIfDue(ctx, h.e.db, h.lock, &h.seen)
+	}
+	var handTo sql.NullString
+	err = h.e.db.QueryRowContext(ctx, "SELECT handover_to FROM `"+h.e.tbl.record+"` "+
+		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND demote_epoch <=> epoch",
+		h.lock, h.token, h.id, stateLeading).Scan(&handTo)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: the record names another term", ErrLockLost)
+	case err != nil:
+		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
+	}
+	return demotion(handTo)
+}
+
+// release records why the term ended; a lease ended as anything but
+// "leading" is free for the next candidate's next try.
+func (h *leaseHold) release(ctx context.Context, why string) error {
+	return endTerm(ctx, h.e.db, h.e.tbl, h.lock, h.token, why)
+}
+
+func (h *leaseHold) lost(ctx context.Context, why string) error { return h.release(ctx, why) }
+
+func (h *leaseHold) close() {}
