@@ -47,7 +47,7 @@ func BenchmarkFailover(b *testing.B) {
 	b.Run("sigkill-process", func(b *testing.B) {
 		db, dsn := newDB(b)
 		createWrites(b, db)
-		g := newGroup(b, dsn, "bench-sigkill")
+		g := newGroup(b, election.GetLock, dsn, "bench-sigkill")
 		g.spawn(3)
 		leader := g.next(is("start"), 30*time.Second)
 		var took []time.Duration
@@ -84,8 +84,8 @@ func benchInProcess(b *testing.B, viaProxy bool, prepare func(*election.Term, *e
 			leaderDB, proxy = openDSN(b, cfg.FormatDSN()), p
 		}
 		ctx := ctxFor(b, time.Minute)
-		a := newElector(b, leaderDB, "bench", "a")
-		next := newElector(b, server.Open(b, dbName), "bench", "b")
+		a := newElector(b, election.GetLock, leaderDB, "bench", "a")
+		next := newElector(b, election.GetLock, server.Open(b, dbName), "bench", "b")
 		old := await(b, campaign(ctx, a), 10*time.Second).term
 		rb := campaign(ctx, next)
 		time.Sleep(50 * time.Millisecond) // b blocks in GET_LOCK

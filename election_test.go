@@ -59,201 +59,207 @@ func TestNewRejectsBadInput(t *testing.T) {
 }
 
 func TestOneLeaderAmongGoroutines(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	createWrites(t, db)
-	ctx := ctxFor(t, 8*time.Second)
-	var (
-		acting, overlaps atomic.Int32
-		mu               sync.Mutex
-		lastToken        uint64
-		terms            int
-		wg               sync.WaitGroup
-	)
-	for i := range 5 {
-		e := newElector(t, db, "goroutines", "g"+string(rune('a'+i)))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				// fn returns while leading, so Run resigns and returns: every
-				// term hands over to the next candidate.
-				err := e.Run(ctx, func(ctx context.Context, term *election.Term) error {
-					if acting.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					defer acting.Add(-1)
-					mu.Lock()
-					if term.Token() <= lastToken {
-						t.Errorf("token %d after %d", term.Token(), lastToken)
-					}
-					lastToken = term.Token()
-					terms++
-					mu.Unlock()
-					for range 3 {
-						if err := fencedWrite(ctx, term, e.Identity()); err != nil && ctx.Err() == nil {
-							t.Errorf("fenced write of a live term: %v", err)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		createWrites(t, db)
+		ctx := ctxFor(t, 8*time.Second)
+		var (
+			acting, overlaps atomic.Int32
+			mu               sync.Mutex
+			lastToken        uint64
+			terms            int
+			wg               sync.WaitGroup
+		)
+		for i := range 5 {
+			e := newElector(t, s, db, "goroutines", "g"+string(rune('a'+i)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					// fn returns while leading, so Run resigns and returns: every
+					// term hands over to the next candidate.
+					err := e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+						if acting.Add(1) != 1 {
+							overlaps.Add(1)
 						}
+						defer acting.Add(-1)
+						mu.Lock()
+						if term.Token() <= lastToken {
+							t.Errorf("token %d after %d", term.Token(), lastToken)
+						}
+						lastToken = term.Token()
+						terms++
+						mu.Unlock()
+						for range 3 {
+							if err := fencedWrite(ctx, term, e.Identity()); err != nil && ctx.Err() == nil {
+								t.Errorf("fenced write of a live term: %v", err)
+							}
+						}
+						return nil
+					})
+					if err != nil && ctx.Err() == nil {
+						t.Errorf("run: %v", err)
 					}
-					return nil
-				})
-				if err != nil && ctx.Err() == nil {
-					t.Errorf("run: %v", err)
 				}
-			}
-		}()
-	}
-	wg.Wait()
-	if n := overlaps.Load(); n != 0 {
-		t.Fatalf("%d times two goroutines led at once", n)
-	}
-	if terms < 10 {
-		t.Fatalf("only %d terms in 8s; leadership did not rotate", terms)
-	}
-	if n := checkWrites(t, db); n < terms {
-		t.Fatalf("%d fenced writes for %d terms", n, terms)
-	}
+			}()
+		}
+		wg.Wait()
+		if n := overlaps.Load(); n != 0 {
+			t.Fatalf("%d times two goroutines led at once", n)
+		}
+		if terms < 10 {
+			t.Fatalf("only %d terms in 8s; leadership did not rotate", terms)
+		}
+		if n := checkWrites(t, db); n < terms {
+			t.Fatalf("%d fenced writes for %d terms", n, terms)
+		}
+	})
 }
 
 func TestResignHandsOver(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	ctx := ctxFor(t, time.Minute)
-	a := newElector(t, db, "resign", "a")
-	b := newElector(t, db, "resign", "b")
-	ta := await(t, campaign(ctx, a), 10*time.Second).term
-	rb := campaign(ctx, b)
-	if err := ta.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(ta.Err(), election.ErrResigned) || a.IsLeader() {
-		t.Fatalf("resigned term: Err %v, IsLeader %v", ta.Err(), a.IsLeader())
-	}
-	tb := await(t, rb, 10*time.Second).term
-	if tb.Token() <= ta.Token() {
-		t.Fatalf("token %d after %d", tb.Token(), ta.Token())
-	}
-	rec, err := b.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.Identity != "b" || rec.Token != tb.Token() || !rec.Leading() {
-		t.Fatalf("record after hand-over: %+v", rec)
-	}
-	if !b.IsLeader() || !tb.IsLeader() {
-		t.Fatal("new leader does not know it leads")
-	}
-}
-
-func TestCancelledContextResigns(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	a := newElector(t, db, "cancel", "a")
-	ctx, cancel := context.WithCancel(context.Background())
-	ta, err := a.Campaign(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	<-ta.Done()
-	if !errors.Is(ta.Err(), context.Canceled) {
-		t.Fatalf("term ended with %v, want context.Canceled", ta.Err())
-	}
-	ta.Resign(ctxFor(t, 10*time.Second)) // waits until released
-	rec, err := a.Leader(ctxFor(t, 10*time.Second))
-	if !errors.Is(err, election.ErrNoLeader) || rec.State != "resigned" || rec.LockConnID != 0 {
-		t.Fatalf("after cancel: %v, %+v; want a resigned record and a free lock", err, rec)
-	}
-}
-
-func TestRunResignsWhenContextEnds(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	a := newElector(t, db, "run-cancel", "a")
-	b := newElector(t, db, "run-cancel", "b")
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan uint64, 1)
-	fnReturned := make(chan time.Time, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- a.Run(ctx, func(ctx context.Context, term *election.Term) error {
-			started <- term.Token()
-			<-ctx.Done()
-			time.Sleep(200 * time.Millisecond) // slow clean-up: b must wait for it
-			fnReturned <- time.Now()
-			return nil
-		})
-	}()
-	tokenA := <-started
-	rb := campaign(ctxFor(t, time.Minute), b)
-	cancel()
-	r := await(t, rb, 10*time.Second)
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v", err)
-	}
-	if ret := <-fnReturned; !ret.Before(r.at) {
-		t.Fatal("the next leader started before the previous leader's function returned")
-	}
-	if r.term.Token() <= tokenA {
-		t.Fatalf("token %d after %d", r.term.Token(), tokenA)
-	}
-}
-
-func TestCampaignTwiceOnOneElector(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	a := newElector(t, db, "twice", "a")
-	ctx := ctxFor(t, time.Minute)
-	ta := await(t, campaign(ctx, a), 10*time.Second).term
-	if _, err := a.Campaign(ctx); !errors.Is(err, election.ErrCampaigning) {
-		t.Fatalf("second campaign: %v, want ErrCampaigning", err)
-	}
-	resignAll(t, ta)
-	tb := await(t, campaign(ctx, a), 10*time.Second).term
-	if tb.Token() <= ta.Token() {
-		t.Fatalf("token %d after %d", tb.Token(), ta.Token())
-	}
-}
-
-func TestTokensIncreaseOverManyTerms(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	createWrites(t, db)
-	ctx := ctxFor(t, 2*time.Minute)
-	electors := []*election.Elector{newElector(t, db, "many", "a"), newElector(t, db, "many", "b")}
-	var old []*election.Term
-	var last uint64
-	for i := range 120 {
-		e := electors[i%2]
-		term, err := e.Campaign(ctx)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		a := newElector(t, s, db, "resign", "a")
+		b := newElector(t, s, db, "resign", "b")
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		rb := campaign(ctx, b)
+		if err := ta.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(ta.Err(), election.ErrResigned) || a.IsLeader() {
+			t.Fatalf("resigned term: Err %v, IsLeader %v", ta.Err(), a.IsLeader())
+		}
+		tb := await(t, rb, 10*time.Second).term
+		if tb.Token() <= ta.Token() {
+			t.Fatalf("token %d after %d", tb.Token(), ta.Token())
+		}
+		rec, err := b.Leader(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if term.Token() <= last {
-			t.Fatalf("term %d: token %d after %d", i, term.Token(), last)
+		if rec.Identity != "b" || rec.Token != tb.Token() || !rec.Leading() {
+			t.Fatalf("record after hand-over: %+v", rec)
 		}
-		last = term.Token()
-		if err := fencedWrite(ctx, term, e.Identity()); err != nil {
-			t.Fatalf("fenced write of the live term %d: %v", term.Token(), err)
+		if !b.IsLeader() || !tb.IsLeader() {
+			t.Fatal("new leader does not know it leads")
 		}
-		for _, o := range old[max(0, len(old)-5):] {
-			err := fencedWrite(ctx, o, "stale")
-			var stale *election.StaleTokenError
-			if !errors.As(err, &stale) || !errors.Is(err, election.ErrFenced) || stale.Token != o.Token() {
-				t.Fatalf("write with stale token %d: %v", o.Token(), err)
+	})
+}
+
+func TestCancelledContextResigns(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		a := newElector(t, s, db, "cancel", "a")
+		ctx, cancel := context.WithCancel(context.Background())
+		ta, err := a.Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		<-ta.Done()
+		if !errors.Is(ta.Err(), context.Canceled) {
+			t.Fatalf("term ended with %v, want context.Canceled", ta.Err())
+		}
+		ta.Resign(ctxFor(t, 10*time.Second)) // waits until released
+		rec, err := a.Leader(ctxFor(t, 10*time.Second))
+		if !errors.Is(err, election.ErrNoLeader) || rec.State != "resigned" || rec.LockConnID != 0 {
+			t.Fatalf("after cancel: %v, %+v; want a resigned record and a free lock", err, rec)
+		}
+	})
+}
+
+func TestRunResignsWhenContextEnds(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		a := newElector(t, s, db, "run-cancel", "a")
+		b := newElector(t, s, db, "run-cancel", "b")
+		ctx, cancel := context.WithCancel(context.Background())
+		started := make(chan uint64, 1)
+		fnReturned := make(chan time.Time, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Run(ctx, func(ctx context.Context, term *election.Term) error {
+				started <- term.Token()
+				<-ctx.Done()
+				time.Sleep(200 * time.Millisecond) // slow clean-up: b must wait for it
+				fnReturned <- time.Now()
+				return nil
+			})
+		}()
+		tokenA := <-started
+		rb := campaign(ctxFor(t, time.Minute), b)
+		cancel()
+		r := await(t, rb, 10*time.Second)
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run returned %v", err)
+		}
+		if ret := <-fnReturned; !ret.Before(r.at) {
+			t.Fatal("the next leader started before the previous leader's function returned")
+		}
+		if r.term.Token() <= tokenA {
+			t.Fatalf("token %d after %d", r.term.Token(), tokenA)
+		}
+	})
+}
+
+func TestCampaignTwiceOnOneElector(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		a := newElector(t, s, db, "twice", "a")
+		ctx := ctxFor(t, time.Minute)
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		if _, err := a.Campaign(ctx); !errors.Is(err, election.ErrCampaigning) {
+			t.Fatalf("second campaign: %v, want ErrCampaigning", err)
+		}
+		resignAll(t, ta)
+		tb := await(t, campaign(ctx, a), 10*time.Second).term
+		if tb.Token() <= ta.Token() {
+			t.Fatalf("token %d after %d", tb.Token(), ta.Token())
+		}
+	})
+}
+
+func TestTokensIncreaseOverManyTerms(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		createWrites(t, db)
+		ctx := ctxFor(t, 2*time.Minute)
+		electors := []*election.Elector{newElector(t, s, db, "many", "a"), newElector(t, s, db, "many", "b")}
+		var old []*election.Term
+		var last uint64
+		for i := range 120 {
+			e := electors[i%2]
+			term, err := e.Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if term.Token() <= last {
+				t.Fatalf("term %d: token %d after %d", i, term.Token(), last)
+			}
+			last = term.Token()
+			if err := fencedWrite(ctx, term, e.Identity()); err != nil {
+				t.Fatalf("fenced write of the live term %d: %v", term.Token(), err)
+			}
+			for _, o := range old[max(0, len(old)-5):] {
+				err := fencedWrite(ctx, o, "stale")
+				var stale *election.StaleTokenError
+				if !errors.As(err, &stale) || !errors.Is(err, election.ErrFenced) || stale.Token != o.Token() {
+					t.Fatalf("write with stale token %d: %v", o.Token(), err)
+				}
+			}
+			resignAll(t, term)
+			old = append(old, term)
 		}
-		resignAll(t, term)
-		old = append(old, term)
-	}
-	if n := checkWrites(t, db); n != 120 {
-		t.Fatalf("%d writes, want 120", n)
-	}
-	var stale int
-	db.QueryRow("SELECT COUNT(*) FROM writes WHERE holder = 'stale'").Scan(&stale)
-	if stale != 0 {
-		t.Fatalf("%d stale writes accepted", stale)
-	}
+		if n := checkWrites(t, db); n != 120 {
+			t.Fatalf("%d writes, want 120", n)
+		}
+		var stale int
+		db.QueryRow("SELECT COUNT(*) FROM writes WHERE holder = 'stale'").Scan(&stale)
+		if stale != 0 {
+			t.Fatalf("%d stale writes accepted", stale)
+		}
+	})
 }
 
 // After a term ends, however it ends, no session in the pool owns the lock:
@@ -263,7 +269,7 @@ func TestPoolHoldsNoLockAfterTerms(t *testing.T) {
 	db, _ := newDB(t)
 	admin := server.Open(t, "")
 	ctx := ctxFor(t, time.Minute)
-	e := newElector(t, db, "pool", "a")
+	e := newElector(t, election.GetLock, db, "pool", "a")
 	var lock string
 	for i := range 6 {
 		term := await(t, campaign(ctx, e), 10*time.Second).term
@@ -316,39 +322,44 @@ func assertPoolHoldsNoLock(t *testing.T, db *sql.DB, lock string) {
 }
 
 func TestLeaderRecord(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	ctx := ctxFor(t, time.Minute)
-	name := strings.Repeat("a long election name, ünïcödé, ", 40)
-	a := newElector(t, db, name, "a")
-	observer := newElector(t, db, name, "observer")
-	if _, err := observer.Leader(ctx); !errors.Is(err, election.ErrSchema) && !errors.Is(err, election.ErrNoLeader) {
-		t.Fatalf("before any term: %v", err)
-	}
-	term := await(t, campaign(ctx, a), 10*time.Second).term
-	time.Sleep(300 * time.Millisecond) // a few keepalives
-	rec, err := observer.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.Name != name || rec.Identity != "a" || rec.Token != term.Token() || rec.State != "leading" ||
-		rec.LockConnID != rec.ConnID || rec.Expiry != 2*time.Second || rec.PID == 0 {
-		t.Fatalf("record: %+v", rec)
-	}
-	if rec.RenewedAgo < 0 || rec.RenewedAgo > rec.Expiry || !rec.Renewed.After(rec.Since) {
-		t.Fatalf("renewals not recorded: %+v", rec)
-	}
-	// Names that differ only in case or length are separate elections.
-	for _, other := range []string{strings.ToUpper(name), name + "x", name[:len(name)-1]} {
-		if _, err := newElector(t, db, other, "o").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
-			t.Fatalf("election %q shares the leader of %q: %v", other[:20], name[:20], err)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		name := strings.Repeat("a long election name, ünïcödé, ", 40)
+		a := newElector(t, s, db, name, "a")
+		observer := newElector(t, s, db, name, "observer")
+		if _, err := observer.Leader(ctx); !errors.Is(err, election.ErrSchema) && !errors.Is(err, election.ErrNoLeader) {
+			t.Fatalf("before any term: %v", err)
 		}
-	}
-	resignAll(t, term)
-	rec, err = observer.Leader(ctx)
-	if !errors.Is(err, election.ErrNoLeader) || rec.State != "resigned" || rec.Ended.IsZero() {
-		t.Fatalf("after resign: %v %+v", err, rec)
-	}
+		term := await(t, campaign(ctx, a), 10*time.Second).term
+		time.Sleep(300 * time.Millisecond) // a few keepalives
+		rec, err := observer.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lockOK := rec.LockConnID == rec.ConnID // GetLock: the recorded session holds the lock
+		if s == election.LeaseRow {
+			lockOK = rec.LockConnID == 0 // a lease takes no lock
+		}
+		if rec.Name != name || rec.Strategy != s.String() || rec.Identity != "a" || rec.Token != term.Token() ||
+			rec.State != "leading" || !lockOK || rec.Expiry != 2*time.Second || rec.PID == 0 {
+			t.Fatalf("record: %+v", rec)
+		}
+		if rec.RenewedAgo < 0 || rec.RenewedAgo > rec.Expiry || !rec.Renewed.After(rec.Since) {
+			t.Fatalf("renewals not recorded: %+v", rec)
+		}
+		// Names that differ only in case or length are separate elections.
+		for _, other := range []string{strings.ToUpper(name), name + "x", name[:len(name)-1]} {
+			if _, err := newElector(t, s, db, other, "o").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
+				t.Fatalf("election %q shares the leader of %q: %v", other[:20], name[:20], err)
+			}
+		}
+		resignAll(t, term)
+		rec, err = observer.Leader(ctx)
+		if !errors.Is(err, election.ErrNoLeader) || rec.State != "resigned" || rec.Ended.IsZero() {
+			t.Fatalf("after resign: %v %+v", err, rec)
+		}
+	})
 }
 
 func TestMissingPrivilegeNamesTheDDL(t *testing.T) {
@@ -372,7 +383,7 @@ func TestMissingPrivilegeNamesTheDDL(t *testing.T) {
 	cfg := server.Config(dbName)
 	cfg.User, cfg.Passwd = user, "pw"
 	db := openDSN(t, cfg.FormatDSN())
-	e := newElector(t, db, "no-create", "a")
+	e := newElector(t, election.GetLock, db, "no-create", "a")
 	_, err := e.Campaign(ctxFor(t, 10*time.Second))
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "CREATE TABLE IF NOT EXISTS `election_record`") {
 		t.Fatalf("campaign without CREATE privilege: %v", err)
@@ -422,7 +433,7 @@ func TestSkipCreateTablesReportsMissingTables(t *testing.T) {
 func TestUnreachableServer(t *testing.T) {
 	t.Parallel()
 	db := openDSN(t, "root@tcp(127.0.0.1:1)/nowhere?timeout=1s")
-	e := newElector(t, db, "unreachable", "a")
+	e := newElector(t, election.GetLock, db, "unreachable", "a")
 	_, err := e.Campaign(ctxFor(t, 10*time.Second))
 	if err == nil || !strings.Contains(err.Error(), "reaching the server") || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("campaign against no server: %v", err)
@@ -438,7 +449,7 @@ func TestUnreachableServer(t *testing.T) {
 
 func TestDSNWithoutDatabase(t *testing.T) {
 	t.Parallel()
-	e := newElector(t, server.Open(t, ""), "nodb", "a")
+	e := newElector(t, election.GetLock, server.Open(t, ""), "nodb", "a")
 	_, err := e.Campaign(ctxFor(t, 10*time.Second))
 	if !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), "names no database") {
 		t.Fatalf("campaign without a database: %v", err)
@@ -452,4 +463,42 @@ func openDSN(t testing.TB, dsn string) *sql.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+// Candidates of two strategies never share an election: the second one is
+// refused while the first runs, whether it learns of it from the live
+// candidates or from the acting term itself; once the election is idle the
+// strategy may change.
+func TestMixedStrategiesRefused(t *testing.T) {
+	t.Parallel()
+	for _, first := range strategies {
+		second := election.LeaseRow
+		if first == election.LeaseRow {
+			second = election.GetLock
+		}
+		t.Run(first.String()+"-then-"+second.String(), func(t *testing.T) {
+			t.Parallel()
+			db, _ := newDB(t)
+			ctx := ctxFor(t, time.Minute)
+			a := newElector(t, first, db, "mixed", "a")
+			b := newElector(t, second, db, "mixed", "b")
+			ta := await(t, campaign(ctx, a), 10*time.Second).term
+			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) {
+				t.Fatalf("campaign of another strategy beside a live candidate: %v", err)
+			}
+			// Without the candidate row, the acting term itself refuses.
+			if _, err := db.Exec("DELETE FROM election_candidate"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) || !ta.IsLeader() {
+				t.Fatalf("campaign of another strategy beside an acting term: %v (first still leads: %v)", err, ta.IsLeader())
+			}
+			resignAll(t, ta)
+			db.Exec("DELETE FROM election_candidate")
+			tb := await(t, campaign(ctx, b), 10*time.Second).term
+			if tb.Token() <= ta.Token() {
+				t.Fatalf("token %d after %d", tb.Token(), ta.Token())
+			}
+		})
+	}
 }

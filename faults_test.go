@@ -17,70 +17,73 @@ import (
 // Candidates in separate processes make fenced writes while they lead; one
 // leader at a time, and the fencing invariant holds over every write.
 func TestOneLeaderAmongProcesses(t *testing.T) {
-	t.Parallel()
-	db, dsn := newDB(t)
-	createWrites(t, db)
-	g := newGroup(t, dsn, "procs")
-	g.spawn(4)
-	seen := map[uint64]string{}
-	var last uint64
-	for range 3 {
-		start := g.next(is("start"), 30*time.Second)
-		if start.Token <= last {
-			t.Fatalf("token %d after %d", start.Token, last)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, dsn := newDB(t)
+		createWrites(t, db)
+		g := newGroup(t, s, dsn, "procs")
+		g.spawn(4)
+		seen := map[uint64]string{}
+		var last uint64
+		for range 3 {
+			start := g.next(is("start"), 30*time.Second)
+			if start.Token <= last {
+				t.Fatalf("token %d after %d", start.Token, last)
+			}
+			seen[start.Token], last = start.ID, start.Token
+			g.next(isFrom("write", start.ID), 10*time.Second)
+			g.signal(start.ID, syscall.SIGTERM) // graceful: Run resigns
+			g.next(isFrom("exit", start.ID), 10*time.Second)
 		}
-		seen[start.Token], last = start.ID, start.Token
-		g.next(isFrom("write", start.ID), 10*time.Second)
-		g.signal(start.ID, syscall.SIGTERM) // graceful: Run resigns
-		g.next(isFrom("exit", start.ID), 10*time.Second)
-	}
-	if n := checkWrites(t, db); n == 0 {
-		t.Fatal("no fenced writes")
-	}
+		if n := checkWrites(t, db); n == 0 {
+			t.Fatal("no fenced writes")
+		}
+	})
 }
 
 func TestLeaderProcessKilled(t *testing.T) {
-	t.Parallel()
-	db, dsn := newDB(t)
-	createWrites(t, db)
-	g := newGroup(t, dsn, "sigkill")
-	g.spawn(3)
-	first := g.next(is("start"), 30*time.Second)
-	g.next(isFrom("write", first.ID), 10*time.Second)
-	g.signal(first.ID, syscall.SIGKILL)
-	second := g.next(is("start"), 10*time.Second)
-	if second.ID == first.ID || second.Token <= first.Token {
-		t.Fatalf("after SIGKILL of %s (token %d): %s leads with token %d", first.ID, first.Token, second.ID, second.Token)
-	}
-	g.next(isFrom("write", second.ID), 10*time.Second)
-	checkWrites(t, db)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, dsn := newDB(t)
+		createWrites(t, db)
+		g := newGroup(t, s, dsn, "sigkill")
+		g.spawn(3)
+		first := g.next(is("start"), 30*time.Second)
+		g.next(isFrom("write", first.ID), 10*time.Second)
+		g.signal(first.ID, syscall.SIGKILL)
+		second := g.next(is("start"), 10*time.Second)
+		if second.ID == first.ID || second.Token <= first.Token {
+			t.Fatalf("after SIGKILL of %s (token %d): %s leads with token %d", first.ID, first.Token, second.ID, second.Token)
+		}
+		g.next(isFrom("write", second.ID), 10*time.Second)
+		checkWrites(t, db)
+	})
 }
 
 // A stopped leader loses the lock once the server drops its idle session,
 // and when it resumes it knows it no longer leads; its writes are refused.
 func TestLeaderProcessStopped(t *testing.T) {
-	t.Parallel()
-	db, dsn := newDB(t)
-	createWrites(t, db)
-	g := newGroup(t, dsn, "sigstop")
-	g.spawn(2)
-	first := g.next(is("start"), 30*time.Second)
-	g.next(isFrom("write", first.ID), 10*time.Second)
-	g.signal(first.ID, syscall.SIGSTOP)
-	second := g.next(is("start"), 30*time.Second)
-	if second.ID == first.ID || second.Token <= first.Token {
-		t.Fatalf("after SIGSTOP of %s (token %d): %s leads with token %d", first.ID, first.Token, second.ID, second.Token)
-	}
-	g.next(isFrom("write", second.ID), 10*time.Second)
-	g.signal(first.ID, syscall.SIGCONT)
-	end := g.next(isFrom("end", first.ID), 10*time.Second)
-	if !hasPrefix(end.Reason, election.ErrLeaseExpired, election.ErrSessionLost, election.ErrLockLost) {
-		t.Fatalf("resumed leader's term ended with %q", end.Reason)
-	}
-	// The resumed leader campaigns again and waits; the new leader keeps
-	// writing, and no write of the stale term lands after the new term's.
-	g.next(isFrom("write", second.ID), 10*time.Second)
-	checkWrites(t, db)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, dsn := newDB(t)
+		createWrites(t, db)
+		g := newGroup(t, s, dsn, "sigstop")
+		g.spawn(2)
+		first := g.next(is("start"), 30*time.Second)
+		g.next(isFrom("write", first.ID), 10*time.Second)
+		g.signal(first.ID, syscall.SIGSTOP)
+		second := g.next(is("start"), 30*time.Second)
+		if second.ID == first.ID || second.Token <= first.Token {
+			t.Fatalf("after SIGSTOP of %s (token %d): %s leads with token %d", first.ID, first.Token, second.ID, second.Token)
+		}
+		g.next(isFrom("write", second.ID), 10*time.Second)
+		g.signal(first.ID, syscall.SIGCONT)
+		end := g.next(isFrom("end", first.ID), 10*time.Second)
+		if !hasPrefix(end.Reason, election.ErrLeaseExpired, election.ErrSessionLost, election.ErrLockLost) {
+			t.Fatalf("resumed leader's term ended with %q", end.Reason)
+		}
+		// The resumed leader campaigns again and waits; the new leader keeps
+		// writing, and no write of the stale term lands after the new term's.
+		g.next(isFrom("write", second.ID), 10*time.Second)
+		checkWrites(t, db)
+	})
 }
 
 func hasPrefix(s string, errs ...error) bool {
@@ -95,63 +98,73 @@ func hasPrefix(s string, errs ...error) bool {
 // A leader cut off by a network blackhole ends its term before the server
 // frees the lock for the next leader.
 func TestBlackholeEndsTermBeforeNextStarts(t *testing.T) {
-	t.Parallel()
-	dbName := server.NewDatabase(t)
-	proxy, err := faultproxy.Start(server.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cfg := server.Config(dbName)
-	cfg.Addr = proxy.Addr()
-	viaProxy := openDSN(t, cfg.FormatDSN())
-	direct := server.Open(t, dbName)
-	ctx := ctxFor(t, time.Minute)
-	a := newElector(t, viaProxy, "blackhole", "a")
-	b := newElector(t, direct, "blackhole", "b")
-	ta := await(t, campaign(ctx, a), 10*time.Second).term
-	rb := campaign(ctx, b)
-	time.Sleep(300 * time.Millisecond) // b waits in GET_LOCK
-	proxy.Blackhole()
-	r := await(t, rb, 30*time.Second)
-	if ta.Err() == nil {
-		t.Fatal("the next leader started while the cut-off leader's term still lasted")
-	}
-	if !errors.Is(ta.Err(), election.ErrLeaseExpired) {
-		t.Fatalf("cut-off leader's term ended with %v, want ErrLeaseExpired", ta.Err())
-	}
-	if r.term.Token() <= ta.Token() {
-		t.Fatalf("token %d after %d", r.term.Token(), ta.Token())
-	}
-	proxy.Restore()
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		dbName := server.NewDatabase(t)
+		proxy, err := faultproxy.Start(server.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		cfg := server.Config(dbName)
+		cfg.Addr = proxy.Addr()
+		viaProxy := openDSN(t, cfg.FormatDSN())
+		direct := server.Open(t, dbName)
+		ctx := ctxFor(t, time.Minute)
+		a := newElector(t, s, viaProxy, "blackhole", "a")
+		b := newElector(t, s, direct, "blackhole", "b")
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		rb := campaign(ctx, b)
+		time.Sleep(300 * time.Millisecond) // b waits in GET_LOCK
+		proxy.Blackhole()
+		r := await(t, rb, 30*time.Second)
+		if ta.Err() == nil {
+			t.Fatal("the next leader started while the cut-off leader's term still lasted")
+		}
+		if !errors.Is(ta.Err(), election.ErrLeaseExpired) {
+			t.Fatalf("cut-off leader's term ended with %v, want ErrLeaseExpired", ta.Err())
+		}
+		if r.term.Token() <= ta.Token() {
+			t.Fatalf("token %d after %d", r.term.Token(), ta.Token())
+		}
+		proxy.Restore()
+	})
 }
 
-// A connection reset ends the term at the next keepalive; the lock is freed
-// at once, so the other candidate leads.
-func TestConnectionResetEndsTerm(t *testing.T) {
-	t.Parallel()
-	dbName := server.NewDatabase(t)
-	proxy, err := faultproxy.Start(server.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cfg := server.Config(dbName)
-	cfg.Addr = proxy.Addr()
-	ctx := ctxFor(t, time.Minute)
-	a := newElector(t, openDSN(t, cfg.FormatDSN()), "reset", "a")
-	b := newElector(t, server.Open(t, dbName), "reset", "b")
-	ta := await(t, campaign(ctx, a), 10*time.Second).term
-	rb := campaign(ctx, b)
-	proxy.Reset()
-	r := await(t, rb, 30*time.Second)
-	<-ta.Done()
-	if !isOneOf(ta.Err(), election.ErrSessionLost, election.ErrLeaseExpired) {
-		t.Fatalf("term ended with %v", ta.Err())
-	}
-	if r.term.Token() <= ta.Token() {
-		t.Fatalf("token %d after %d", r.term.Token(), ta.Token())
-	}
+// A connection reset between leader and server: under GetLock the pinned
+// session is gone, so the term ends at the next keepalive and the other
+// candidate leads; under LeaseRow the pool reconnects and the term goes on.
+func TestConnectionReset(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		dbName := server.NewDatabase(t)
+		proxy, err := faultproxy.Start(server.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		cfg := server.Config(dbName)
+		cfg.Addr = proxy.Addr()
+		ctx := ctxFor(t, time.Minute)
+		a := newElector(t, s, openDSN(t, cfg.FormatDSN()), "reset", "a")
+		b := newElector(t, s, server.Open(t, dbName), "reset", "b")
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		rb := campaign(ctx, b)
+		proxy.Reset()
+		if s == election.LeaseRow {
+			time.Sleep(3 * fast.Lease)
+			if !ta.IsLeader() || ta.Err() != nil || len(rb) != 0 {
+				t.Fatalf("a lease term ended on a connection reset: %v", ta.Err())
+			}
+			return
+		}
+		r := await(t, rb, 30*time.Second)
+		<-ta.Done()
+		if !isOneOf(ta.Err(), election.ErrSessionLost, election.ErrLeaseExpired) {
+			t.Fatalf("term ended with %v", ta.Err())
+		}
+		if r.term.Token() <= ta.Token() {
+			t.Fatalf("token %d after %d", r.term.Token(), ta.Token())
+		}
+	})
 }
 
 // KILL CONNECTION of the leader's session: the next candidate leads at once,
@@ -169,7 +182,7 @@ func TestKilledSessionIsFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newElector(t, db, "kill", "b")
+	b := newElector(t, election.GetLock, db, "kill", "b")
 	ta := await(t, campaign(ctx, a), 10*time.Second).term
 	rec, err := a.Leader(ctx)
 	if err != nil {
@@ -208,66 +221,67 @@ func TestKilledSessionIsFenced(t *testing.T) {
 // A server restart: no one leads while it is down, one leads after, and
 // tokens keep increasing.
 func TestServerRestart(t *testing.T) {
-	t.Parallel()
-	if mysqltest.PrivateBinary() == "" {
-		t.Skip("needs a mariadbd/mysqld binary to start a server of its own; only a DSN was given")
-	}
-	srv, err := mysqltest.StartPrivate(ctxFor(t, 2*time.Minute), mysqltest.PrivateBinary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	dbName := srv.NewDatabase(t)
-	var acting atomic.Int32
-	type start struct {
-		id    string
-		token uint64
-	}
-	starts := make(chan start, 100)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	for _, id := range []string{"a", "b"} {
-		e := newElector(t, srv.Open(t, dbName), "restart", id)
-		go func() {
-			defer func() { done <- struct{}{} }()
-			e.Run(ctx, func(ctx context.Context, term *election.Term) error {
-				if acting.Add(1) != 1 {
-					t.Error("two leaders at once")
-				}
-				defer acting.Add(-1)
-				starts <- start{id, term.Token()}
-				<-ctx.Done()
-				return nil
-			})
-		}()
-	}
-	t.Cleanup(func() { cancel(); <-done; <-done })
-	first := <-starts
-	if err := srv.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	// The leader's term ends (session lost or lease expired) and nobody
-	// leads while the server is down.
-	deadline := time.Now().Add(10 * time.Second)
-	for acting.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the leader still acts 10s after the server died")
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		if mysqltest.PrivateBinary() == "" {
+			t.Skip("needs a mariadbd/mysqld binary to start a server of its own; only a DSN was given")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(3 * time.Second)
-	if acting.Load() != 0 || len(starts) != 0 {
-		t.Fatal("a term started while the server was down")
-	}
-	if err := srv.Boot(ctxFor(t, time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case next := <-starts:
-		if next.token <= first.token {
-			t.Fatalf("token %d after restart, %d before", next.token, first.token)
+		srv, err := mysqltest.StartPrivate(ctxFor(t, 2*time.Minute), mysqltest.PrivateBinary())
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no leader within 30s of the restart")
-	}
+		t.Cleanup(srv.Close)
+		dbName := srv.NewDatabase(t)
+		var acting atomic.Int32
+		type start struct {
+			id    string
+			token uint64
+		}
+		starts := make(chan start, 100)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{}, 2)
+		for _, id := range []string{"a", "b"} {
+			e := newElector(t, s, srv.Open(t, dbName), "restart", id)
+			go func() {
+				defer func() { done <- struct{}{} }()
+				e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+					if acting.Add(1) != 1 {
+						t.Error("two leaders at once")
+					}
+					defer acting.Add(-1)
+					starts <- start{id, term.Token()}
+					<-ctx.Done()
+					return nil
+				})
+			}()
+		}
+		t.Cleanup(func() { cancel(); <-done; <-done })
+		first := <-starts
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		// The leader's term ends (session lost or lease expired) and nobody
+		// leads while the server is down.
+		deadline := time.Now().Add(10 * time.Second)
+		for acting.Load() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the leader still acts 10s after the server died")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(3 * time.Second)
+		if acting.Load() != 0 || len(starts) != 0 {
+			t.Fatal("a term started while the server was down")
+		}
+		if err := srv.Boot(ctxFor(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case next := <-starts:
+			if next.token <= first.token {
+				t.Fatalf("token %d after restart, %d before", next.token, first.token)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no leader within 30s of the restart")
+		}
+	})
 }

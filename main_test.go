@@ -76,9 +76,23 @@ func newDB(t testing.TB) (*sql.DB, string) {
 	return server.Open(t, name), server.DSN(name)
 }
 
-func newElector(t testing.TB, db *sql.DB, name, id string) *election.Elector {
+// strategies are what every behavioural scenario runs against.
+var strategies = []election.Strategy{election.GetLock, election.LeaseRow}
+
+// forEachStrategy runs a scenario once per strategy, in parallel.
+func forEachStrategy(t *testing.T, run func(t *testing.T, s election.Strategy)) {
+	for _, s := range strategies {
+		t.Run(s.String(), func(t *testing.T) {
+			t.Parallel()
+			run(t, s)
+		})
+	}
+}
+
+func newElector(t testing.TB, s election.Strategy, db *sql.DB, name, id string) *election.Elector {
 	t.Helper()
 	cfg := fast
+	cfg.Strategy = s
 	cfg.Identity = id
 	e, err := election.New(db, name, cfg)
 	if err != nil {
@@ -218,6 +232,9 @@ func childMain() int {
 	defer db.Close()
 	cfg := fast
 	cfg.Identity = id
+	if os.Getenv("ELECTION_CHILD_STRATEGY") == election.LeaseRow.String() {
+		cfg.Strategy = election.LeaseRow
+	}
 	e, err := election.New(db, os.Getenv("ELECTION_CHILD_NAME"), cfg)
 	if err != nil {
 		emit(event{Ev: "error", ID: id, Reason: err.Error()})
@@ -247,6 +264,7 @@ func childMain() int {
 // group is a set of candidate processes with one stream of their events.
 type group struct {
 	t       testing.TB
+	s       election.Strategy
 	dsn     string
 	name    string
 	procs   map[string]*exec.Cmd
@@ -254,8 +272,8 @@ type group struct {
 	pending []event // received, not yet returned by next
 }
 
-func newGroup(t testing.TB, dsn, name string) *group {
-	return &group{t: t, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}, events: make(chan event, 100000)}
+func newGroup(t testing.TB, s election.Strategy, dsn, name string) *group {
+	return &group{t: t, s: s, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}, events: make(chan event, 100000)}
 }
 
 // start launches a candidate process named id.
@@ -263,7 +281,8 @@ func (g *group) start(id string) {
 	t := g.t
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name)
+	cmd.Env = append(os.Environ(), "ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name,
+		"ELECTION_CHILD_STRATEGY="+g.s.String())
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -66,8 +66,8 @@ func TestHangDetectionKillsStuckLeader(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
-	a := newElector(t, db, "hang", "a")
-	b := newElector(t, server.Open(t, dbNameOf(t, db)), "hang", "b")
+	a := newElector(t, election.GetLock, db, "hang", "a")
+	b := newElector(t, election.GetLock, server.Open(t, dbNameOf(t, db)), "hang", "b")
 	ta := await(t, campaign(ctx, a), 10*time.Second).term
 	rb := campaign(ctx, b)
 	release := holdRecordRow(t, db)
@@ -93,10 +93,10 @@ func TestHangWithoutKillPrivilege(t *testing.T) {
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
 	dbName := dbNameOf(t, db)
-	a := newElector(t, db, "hang-nopriv", "a")
+	a := newElector(t, election.GetLock, db, "hang-nopriv", "a")
 	ta := await(t, campaign(ctx, a), 10*time.Second).term
 	lowly := openAsUser(t, dbName, "nokill_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
-	b := newElector(t, lowly, "hang-nopriv", "b")
+	b := newElector(t, election.GetLock, lowly, "hang-nopriv", "b")
 	rb := campaign(ctx, b)
 	release := holdRecordRow(t, db)
 	<-ta.Done()
@@ -117,52 +117,53 @@ func TestHangWithoutKillPrivilege(t *testing.T) {
 // Demote of a healthy leader: it steps down gracefully, its function
 // returns before the next leader's starts, and nothing is killed.
 func TestDemoteHealthyLeader(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	type span struct {
-		id         string
-		token      uint64
-		start, end time.Time
-	}
-	spans := make(chan span, 10)
-	var wg sync.WaitGroup
-	for _, id := range []string{"a", "b"} {
-		e := newElector(t, db, "demote", id)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.Run(ctx, func(ctx context.Context, term *election.Term) error {
-				s := span{id: id, token: term.Token(), start: time.Now()}
-				<-ctx.Done()
-				time.Sleep(100 * time.Millisecond) // clean-up the next leader must wait for
-				s.end = time.Now()
-				spans <- s
-				return nil
-			})
-		}()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	ops := newElector(t, db, "demote", "operator")
-	waitFor(t, "a leader", 10*time.Second, func() bool { _, err := ops.Leader(ctx); return err == nil })
-	before, _ := ops.Leader(ctx)
-	killed, err := ops.Demote(ctxFor(t, 20*time.Second))
-	if err != nil || killed {
-		t.Fatalf("demote of a healthy leader: killed %v, err %v", killed, err)
-	}
-	old := <-spans
-	waitFor(t, "the next leader", 10*time.Second, func() bool { r, err := ops.Leader(ctx); return err == nil && r.Token > before.Token })
-	cancel()
-	next := <-spans
-	if old.token != before.Token || next.token <= old.token || !old.end.Before(next.start) {
-		t.Fatalf("demoted term %d ended %v; next term %d started %v", old.token, old.end, next.token, next.start)
-	}
-	if got := lastTerm(t, ops, old.token).Reason; got != "demoted" {
-		t.Fatalf("history reason %q, want demoted", got)
-	}
-	if ops.Stats().Kills != 0 {
-		t.Fatal("a healthy leader was killed")
-	}
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		type span struct {
+			id         string
+			token      uint64
+			start, end time.Time
+		}
+		spans := make(chan span, 10)
+		var wg sync.WaitGroup
+		for _, id := range []string{"a", "b"} {
+			e := newElector(t, s, db, "demote", id)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+					s := span{id: id, token: term.Token(), start: time.Now()}
+					<-ctx.Done()
+					time.Sleep(100 * time.Millisecond) // clean-up the next leader must wait for
+					s.end = time.Now()
+					spans <- s
+					return nil
+				})
+			}()
+		}
+		t.Cleanup(func() { cancel(); wg.Wait() })
+		ops := newElector(t, s, db, "demote", "operator")
+		waitFor(t, "a leader", 10*time.Second, func() bool { _, err := ops.Leader(ctx); return err == nil })
+		before, _ := ops.Leader(ctx)
+		killed, err := ops.Demote(ctxFor(t, 20*time.Second))
+		if err != nil || killed {
+			t.Fatalf("demote of a healthy leader: killed %v, err %v", killed, err)
+		}
+		old := <-spans
+		waitFor(t, "the next leader", 10*time.Second, func() bool { r, err := ops.Leader(ctx); return err == nil && r.Token > before.Token })
+		cancel()
+		next := <-spans
+		if old.token != before.Token || next.token <= old.token || !old.end.Before(next.start) {
+			t.Fatalf("demoted term %d ended %v; next term %d started %v", old.token, old.end, next.token, next.start)
+		}
+		if got := lastTerm(t, ops, old.token).Reason; got != "demoted" {
+			t.Fatalf("history reason %q, want demoted", got)
+		}
+		if ops.Stats().Kills != 0 {
+			t.Fatal("a healthy leader was killed")
+		}
+	})
 }
 
 // A leader that keeps renewing but ignores the demotion (an old or broken
@@ -173,7 +174,7 @@ func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
-	b := newElector(t, db, "rogue", "b")
+	b := newElector(t, election.GetLock, db, "rogue", "b")
 	resignAll(t, await(t, campaign(ctx, b), 10*time.Second).term) // creates tables and the record
 	var lock string
 	if err := db.QueryRow("SELECT lock_name FROM election_record").Scan(&lock); err != nil {
@@ -181,7 +182,7 @@ func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
 	}
 	rogue := startRogueLeader(t, db, lock)
 	rb := campaign(ctx, b)
-	ops := newElector(t, db, "rogue", "operator")
+	ops := newElector(t, election.GetLock, db, "rogue", "operator")
 	killed, err := ops.Demote(ctxFor(t, 20*time.Second))
 	if err != nil || !killed {
 		t.Fatalf("demote of a leader that ignores it: killed %v, err %v", killed, err)
@@ -268,228 +269,234 @@ func parseDBTime(t *testing.T, s string) time.Time {
 // ahead of it in the lock's queue; naming an unknown or dead candidate is
 // refused and changes nothing.
 func TestHandover(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	starts := make(chan string, 10)
-	var wg sync.WaitGroup
-	run := func(id string) {
-		e := newElector(t, db, "handover", id)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.Run(ctx, func(ctx context.Context, term *election.Term) error {
-				starts <- id
-				<-ctx.Done()
-				return nil
-			})
-		}()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	run("a")
-	if first := <-starts; first != "a" {
-		t.Fatalf("first leader %s", first)
-	}
-	run("b")
-	time.Sleep(300 * time.Millisecond) // b queues first
-	run("c")
-	ops := newElector(t, db, "handover", "operator")
-	waitFor(t, "three live candidates", 10*time.Second, func() bool {
-		cs, err := ops.Candidates(ctx)
-		alive := 0
-		for _, c := range cs {
-			if c.Alive {
-				alive++
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		starts := make(chan string, 10)
+		var wg sync.WaitGroup
+		run := func(id string) {
+			e := newElector(t, s, db, "handover", id)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+					starts <- id
+					<-ctx.Done()
+					return nil
+				})
+			}()
+		}
+		t.Cleanup(func() { cancel(); wg.Wait() })
+		run("a")
+		if first := <-starts; first != "a" {
+			t.Fatalf("first leader %s", first)
+		}
+		run("b")
+		time.Sleep(300 * time.Millisecond) // b queues first
+		run("c")
+		ops := newElector(t, s, db, "handover", "operator")
+		waitFor(t, "three live candidates", 10*time.Second, func() bool {
+			cs, err := ops.Candidates(ctx)
+			alive := 0
+			for _, c := range cs {
+				if c.Alive {
+					alive++
+				}
+			}
+			return err == nil && alive == 3
+		})
+		before, err := ops.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.Exec("INSERT INTO election_candidate (lock_name, identity, host, pid, since, seen_at, expiry_us) " +
+			"SELECT lock_name, 'ghost', 'gone', 1, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, 1000000 FROM election_record")
+		for _, target := range []string{"nobody", "ghost"} {
+			if _, err := ops.Handover(ctx, target); !errors.Is(err, election.ErrNotCandidate) {
+				t.Fatalf("hand-over to %s: %v, want ErrNotCandidate", target, err)
 			}
 		}
-		return err == nil && alive == 3
+		if after, err := ops.Leader(ctx); err != nil || after.Token != before.Token {
+			t.Fatalf("a refused hand-over changed the leader: %+v %v", after, err)
+		}
+		if killed, err := ops.Handover(ctx, "c"); err != nil || killed {
+			t.Fatalf("hand-over to c: killed %v, err %v", killed, err)
+		}
+		select {
+		case next := <-starts:
+			if next != "c" {
+				t.Fatalf("hand-over to c, but %s leads", next)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("c did not lead after the hand-over")
+		}
+		if got := lastTerm(t, ops, before.Token).Reason; got != "handed-over" {
+			t.Fatalf("history reason %q, want handed-over", got)
+		}
 	})
-	before, err := ops.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.Exec("INSERT INTO election_candidate (lock_name, identity, host, pid, since, seen_at, expiry_us) " +
-		"SELECT lock_name, 'ghost', 'gone', 1, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, 1000000 FROM election_record")
-	for _, target := range []string{"nobody", "ghost"} {
-		if _, err := ops.Handover(ctx, target); !errors.Is(err, election.ErrNotCandidate) {
-			t.Fatalf("hand-over to %s: %v, want ErrNotCandidate", target, err)
-		}
-	}
-	if after, err := ops.Leader(ctx); err != nil || after.Token != before.Token {
-		t.Fatalf("a refused hand-over changed the leader: %+v %v", after, err)
-	}
-	if killed, err := ops.Handover(ctx, "c"); err != nil || killed {
-		t.Fatalf("hand-over to c: killed %v, err %v", killed, err)
-	}
-	select {
-	case next := <-starts:
-		if next != "c" {
-			t.Fatalf("hand-over to c, but %s leads", next)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("c did not lead after the hand-over")
-	}
-	if got := lastTerm(t, ops, before.Token).Reason; got != "handed-over" {
-		t.Fatalf("history reason %q, want handed-over", got)
-	}
 }
 
 // Watch reports every transition of a scripted sequence, including the
 // no-leader gaps and terms that began and ended between two of its reads.
 func TestWatchSeesEveryTransition(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	admin := server.Open(t, "")
-	ctx := ctxFor(t, time.Minute)
-	a, b, c := newElector(t, db, "watch", "a"), newElector(t, db, "watch", "b"), newElector(t, db, "watch", "c")
-	if err := election.CreateSchema(ctx, db, ""); err != nil {
-		t.Fatal(err)
-	}
-	slow := fast
-	slow.Interval = 700 * time.Millisecond
-	slow.Lease = 2 * time.Second
-	observer, err := election.New(db, "watch", slow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stop := context.WithCancel(ctx)
-	events := observer.Watch(wctx)
-	if ev := <-events; ev.Leading || ev.Token != 0 {
-		t.Fatalf("first event %+v, want no leader", ev)
-	}
-	ta := await(t, campaign(ctx, a), 10*time.Second).term
-	resignAll(t, ta)
-	tb := await(t, campaign(ctx, b), 10*time.Second).term
-	rec, _ := b.Leader(ctx)
-	admin.Exec("KILL CONNECTION ?", rec.ConnID)
-	<-tb.Done()
-	resignAll(t, tb)
-	tc := await(t, campaign(ctx, c), 10*time.Second).term
-	resignAll(t, tc)
-	want := []election.Event{
-		{Token: 1, Identity: "a", Leading: true}, {Token: 1, Identity: "a", Reason: "resigned"},
-		{Token: 2, Identity: "b", Leading: true}, {Token: 2, Identity: "b", Reason: "session-lost"},
-		{Token: 3, Identity: "c", Leading: true}, {Token: 3, Identity: "c", Reason: "resigned"},
-	}
-	for i, w := range want {
-		select {
-		case ev := <-events:
-			if ev.Token != w.Token || ev.Identity != w.Identity || ev.Leading != w.Leading || ev.Reason != w.Reason || ev.At.IsZero() {
-				t.Fatalf("event %d: %+v, want %+v", i, ev, w)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("event %d (%+v) not seen", i, w)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		a, b, c := newElector(t, s, db, "watch", "a"), newElector(t, s, db, "watch", "b"), newElector(t, s, db, "watch", "c")
+		if err := election.CreateSchema(ctx, db, ""); err != nil {
+			t.Fatal(err)
 		}
-	}
-	stop()
-	for range events { // closed once ctx ends
-	}
+		slow := fast
+		slow.Strategy = s
+		slow.Interval = 700 * time.Millisecond
+		slow.Lease = 2 * time.Second
+		observer, err := election.New(db, "watch", slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, stop := context.WithCancel(ctx)
+		events := observer.Watch(wctx)
+		if ev := <-events; ev.Leading || ev.Token != 0 {
+			t.Fatalf("first event %+v, want no leader", ev)
+		}
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		resignAll(t, ta)
+		tb := await(t, campaign(ctx, b), 10*time.Second).term
+		go func() { <-tb.Done(); tb.Resign(ctx) }() // stop at once when demoted
+		if killed, err := observer.Demote(ctx); err != nil || killed {
+			t.Fatalf("demote: %v %v", killed, err)
+		}
+		tc := await(t, campaign(ctx, c), 10*time.Second).term
+		resignAll(t, tc)
+		want := []election.Event{
+			{Token: 1, Identity: "a", Leading: true}, {Token: 1, Identity: "a", Reason: "resigned"},
+			{Token: 2, Identity: "b", Leading: true}, {Token: 2, Identity: "b", Reason: "demoted"},
+			{Token: 3, Identity: "c", Leading: true}, {Token: 3, Identity: "c", Reason: "resigned"},
+		}
+		for i, w := range want {
+			select {
+			case ev := <-events:
+				if ev.Token != w.Token || ev.Identity != w.Identity || ev.Leading != w.Leading || ev.Reason != w.Reason || ev.At.IsZero() {
+					t.Fatalf("event %d: %+v, want %+v", i, ev, w)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("event %d (%+v) not seen", i, w)
+			}
+		}
+		stop()
+		for range events { // closed once ctx ends
+		}
+	})
 }
 
 func TestCandidatesAndElections(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	stops := map[string]context.CancelFunc{}
-	for _, id := range []string{"a", "b", "c"} {
-		e := newElector(t, db, "cands", id)
-		cctx, stop := context.WithCancel(ctx)
-		stops[id] = stop
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			e.Run(cctx, func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
-		}()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	ops := newElector(t, db, "cands", "operator")
-	var leader string
-	waitFor(t, "three live candidates, one leading", 10*time.Second, func() bool {
-		cs, err := ops.Candidates(ctx)
-		if err != nil || len(cs) != 3 {
-			return false
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		stops := map[string]context.CancelFunc{}
+		for _, id := range []string{"a", "b", "c"} {
+			e := newElector(t, s, db, "cands", id)
+			cctx, stop := context.WithCancel(ctx)
+			stops[id] = stop
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.Run(cctx, func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+			}()
 		}
-		leaders := 0
-		for _, c := range cs {
-			if !c.Alive || c.PID == 0 || c.Since.IsZero() {
+		t.Cleanup(func() { cancel(); wg.Wait() })
+		ops := newElector(t, s, db, "cands", "operator")
+		var leader string
+		waitFor(t, "three live candidates, one leading", 10*time.Second, func() bool {
+			cs, err := ops.Candidates(ctx)
+			if err != nil || len(cs) != 3 {
 				return false
 			}
-			if c.Leader {
-				leaders++
-				leader = c.Identity
+			leaders := 0
+			for _, c := range cs {
+				if !c.Alive || c.PID == 0 || c.Since.IsZero() {
+					return false
+				}
+				if c.Leader {
+					leaders++
+					leader = c.Identity
+				}
+			}
+			return leaders == 1
+		})
+		var follower string
+		for _, id := range []string{"a", "b", "c"} {
+			if id != leader {
+				follower = id
 			}
 		}
-		return leaders == 1
-	})
-	var follower string
-	for _, id := range []string{"a", "b", "c"} {
-		if id != leader {
-			follower = id
-		}
-	}
-	stops[follower]()
-	waitFor(t, "the stopped candidate's row to go", 10*time.Second, func() bool {
-		cs, _ := ops.Candidates(ctx)
-		for _, c := range cs {
-			if c.Identity == follower {
-				return false
+		stops[follower]()
+		waitFor(t, "the stopped candidate's row to go", 10*time.Second, func() bool {
+			cs, _ := ops.Candidates(ctx)
+			for _, c := range cs {
+				if c.Identity == follower {
+					return false
+				}
 			}
+			return len(cs) == 2
+		})
+		recs, err := election.Elections(ctx, db, "")
+		if err != nil || len(recs) != 1 || recs[0].Name != "cands" || recs[0].Identity != leader || !recs[0].Leading() {
+			t.Fatalf("elections: %+v, %v", recs, err)
 		}
-		return len(cs) == 2
 	})
-	recs, err := election.Elections(ctx, db, "")
-	if err != nil || len(recs) != 1 || recs[0].Name != "cands" || recs[0].Identity != leader || !recs[0].Leading() {
-		t.Fatalf("elections: %+v, %v", recs, err)
-	}
 }
 
 func TestHistoryIsBounded(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	cfg := fast
-	cfg.HistoryLimit = 5
-	e, err := election.New(db, "bounded", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := ctxFor(t, time.Minute)
-	for range 40 {
-		resignAll(t, await(t, campaign(ctx, e), 10*time.Second).term)
-	}
-	var rows int
-	db.QueryRow("SELECT COUNT(*) FROM election_term").Scan(&rows)
-	if rows > 5+16 {
-		t.Fatalf("%d history rows kept with HistoryLimit 5", rows)
-	}
-	hist, err := e.History(ctx, 0)
-	if err != nil || len(hist) != 5 || hist[0].Token != 40 || hist[0].Reason != "resigned" || hist[4].Token != 36 {
-		t.Fatalf("history: %+v, %v", hist, err)
-	}
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		cfg := fast
+		cfg.Strategy = s
+		cfg.HistoryLimit = 5
+		e, err := election.New(db, "bounded", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxFor(t, time.Minute)
+		for range 40 {
+			resignAll(t, await(t, campaign(ctx, e), 10*time.Second).term)
+		}
+		var rows int
+		db.QueryRow("SELECT COUNT(*) FROM election_term").Scan(&rows)
+		if rows > 5+16 {
+			t.Fatalf("%d history rows kept with HistoryLimit 5", rows)
+		}
+		hist, err := e.History(ctx, 0)
+		if err != nil || len(hist) != 5 || hist[0].Token != 40 || hist[0].Reason != "resigned" || hist[4].Token != 36 {
+			t.Fatalf("history: %+v, %v", hist, err)
+		}
+	})
 }
 
 func TestLeaderHandler(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	ctx := ctxFor(t, time.Minute)
-	a, b := newElector(t, db, "http", "a"), newElector(t, db, "http", "b")
-	term := await(t, campaign(ctx, a), 10*time.Second).term
-	for _, tc := range []struct {
-		e    *election.Elector
-		code int
-	}{{a, http.StatusOK}, {b, http.StatusServiceUnavailable}} {
-		rr := httptest.NewRecorder()
-		tc.e.LeaderHandler().ServeHTTP(rr, httptest.NewRequest("GET", "/leader", nil))
-		if rr.Code != tc.code {
-			t.Fatalf("%s: %d, want %d", tc.e.Identity(), rr.Code, tc.code)
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		a, b := newElector(t, s, db, "http", "a"), newElector(t, s, db, "http", "b")
+		term := await(t, campaign(ctx, a), 10*time.Second).term
+		for _, tc := range []struct {
+			e    *election.Elector
+			code int
+		}{{a, http.StatusOK}, {b, http.StatusServiceUnavailable}} {
+			rr := httptest.NewRecorder()
+			tc.e.LeaderHandler().ServeHTTP(rr, httptest.NewRequest("GET", "/leader", nil))
+			if rr.Code != tc.code {
+				t.Fatalf("%s: %d, want %d", tc.e.Identity(), rr.Code, tc.code)
+			}
 		}
-	}
-	resignAll(t, term)
-	rr := httptest.NewRecorder()
-	a.LeaderHandler().ServeHTTP(rr, httptest.NewRequest("GET", "/leader", nil))
-	if rr.Code != http.StatusServiceUnavailable {
-		t.Fatalf("after resign: %d", rr.Code)
-	}
+		resignAll(t, term)
+		rr := httptest.NewRecorder()
+		a.LeaderHandler().ServeHTTP(rr, httptest.NewRequest("GET", "/leader", nil))
+		if rr.Code != http.StatusServiceUnavailable {
+			t.Fatalf("after resign: %d", rr.Code)
+		}
+	})
 }
 
 func dbNameOf(t *testing.T, db *sql.DB) string {
