@@ -11,63 +11,68 @@ import (
 	"github.com/sqlelect/election/internal/faultproxy"
 )
 
-// BenchmarkFailover measures the time from a fault to the moment the next
-// candidate's term starts, with the test timing (Interval 100ms, Lease 1s,
-// Margin 1s, so wait_timeout 2s). Run it as
+// BenchmarkFailover measures, for each strategy, the time from a fault to
+// the moment the next candidate's term starts, with the test timing
+// (Interval and CheckInterval 100ms, Lease 1s, Margin 1s, so wait_timeout
+// 2s). Run it as
 //
 //	go test -run '^$' -bench Failover -benchtime 20x
 //
 // Reported: the median and the largest failover, in milliseconds, and for
 // the blackhole the time the cut-off leader took to know it lost.
 func BenchmarkFailover(b *testing.B) {
-	b.Run("resign", func(b *testing.B) {
-		benchInProcess(b, false, func(old *election.Term, _ *election.Elector, _ *faultproxy.Proxy) func() {
-			return func() { old.Resign(context.Background()) }
+	for _, s := range strategies {
+		b.Run(s.String()+"/resign", func(b *testing.B) {
+			benchInProcess(b, s, false, func(old *election.Term, _ *election.Elector, _ *faultproxy.Proxy) func() {
+				return func() { old.Resign(context.Background()) }
+			})
 		})
-	})
-	b.Run("kill-connection", func(b *testing.B) {
-		admin := server.Open(b, "")
-		benchInProcess(b, false, func(_ *election.Term, e *election.Elector, _ *faultproxy.Proxy) func() {
-			rec, err := e.Leader(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func() {
-				if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	})
-	b.Run("blackhole", func(b *testing.B) {
-		benchInProcess(b, true, func(_ *election.Term, _ *election.Elector, p *faultproxy.Proxy) func() {
-			return p.Blackhole
-		})
-	})
-	b.Run("sigkill-process", func(b *testing.B) {
-		db, dsn := newDB(b)
-		createWrites(b, db)
-		g := newGroup(b, election.GetLock, dsn, "bench-sigkill")
-		g.spawn(3)
-		leader := g.next(is("start"), 30*time.Second)
-		var took []time.Duration
-		for i := range b.N {
-			g.next(isFrom("write", leader.ID), 10*time.Second)
-			killed := time.Now()
-			g.signal(leader.ID, syscall.SIGKILL)
-			next := g.next(is("start"), 10*time.Second)
-			took = append(took, time.Unix(0, next.At).Sub(killed))
-			g.start(leader.ID + "-" + string(rune('a'+i%26)))
-			leader = next
+		if s == election.GetLock { // a lease holds no session to kill
+			b.Run(s.String()+"/kill-connection", func(b *testing.B) {
+				admin := server.Open(b, "")
+				benchInProcess(b, s, false, func(_ *election.Term, e *election.Elector, _ *faultproxy.Proxy) func() {
+					rec, err := e.Leader(context.Background())
+					if err != nil {
+						b.Fatal(err)
+					}
+					return func() {
+						if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
 		}
-		report(b, "failover", took)
-	})
+		b.Run(s.String()+"/blackhole", func(b *testing.B) {
+			benchInProcess(b, s, true, func(_ *election.Term, _ *election.Elector, p *faultproxy.Proxy) func() {
+				return p.Blackhole
+			})
+		})
+		b.Run(s.String()+"/sigkill-process", func(b *testing.B) {
+			db, dsn := newDB(b)
+			createWrites(b, db)
+			g := newGroup(b, s, dsn, "bench-sigkill")
+			g.spawn(3)
+			leader := g.next(is("start"), 30*time.Second)
+			var took []time.Duration
+			for i := range b.N {
+				g.next(isFrom("write", leader.ID), 10*time.Second)
+				killed := time.Now()
+				g.signal(leader.ID, syscall.SIGKILL)
+				next := g.next(is("start"), 30*time.Second)
+				took = append(took, time.Unix(0, next.At).Sub(killed))
+				g.start(leader.ID + "-" + string(rune('a'+i%26)))
+				leader = next
+			}
+			report(b, "failover", took)
+		})
+	}
 }
 
 // benchInProcess has two in-process candidates, the first one leading
 // (through a fault proxy when viaProxy is set); prepare returns the fault,
 // which is timed until the second one leads.
-func benchInProcess(b *testing.B, viaProxy bool, prepare func(*election.Term, *election.Elector, *faultproxy.Proxy) func()) {
+func benchInProcess(b *testing.B, s election.Strategy, viaProxy bool, prepare func(*election.Term, *election.Elector, *faultproxy.Proxy) func()) {
 	var took, knew []time.Duration
 	for range b.N {
 		dbName := server.NewDatabase(b)
@@ -84,8 +89,8 @@ func benchInProcess(b *testing.B, viaProxy bool, prepare func(*election.Term, *e
 			leaderDB, proxy = openDSN(b, cfg.FormatDSN()), p
 		}
 		ctx := ctxFor(b, time.Minute)
-		a := newElector(b, election.GetLock, leaderDB, "bench", "a")
-		next := newElector(b, election.GetLock, server.Open(b, dbName), "bench", "b")
+		a := newElector(b, s, leaderDB, "bench", "a")
+		next := newElector(b, s, server.Open(b, dbName), "bench", "b")
 		old := await(b, campaign(ctx, a), 10*time.Second).term
 		rb := campaign(ctx, next)
 		time.Sleep(50 * time.Millisecond) // b blocks in GET_LOCK
@@ -114,4 +119,48 @@ func report(b *testing.B, what string, ds []time.Duration) {
 	b.ReportMetric(ms(ds[len(ds)/2]), what+"-p50-ms")
 	b.ReportMetric(ms(ds[len(ds)-1]), what+"-max-ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkSteadyState measures what an idle election costs the server:
+// statements per second with one leader and two waiting candidates, from the
+// server's Questions counter over 5 seconds, with the default timing
+// (Interval and CheckInterval 1s, Lease 5s). Run it alone:
+//
+//	go test -run '^$' -bench SteadyState -benchtime 1x
+func BenchmarkSteadyState(b *testing.B) {
+	for _, s := range strategies {
+		b.Run(s.String(), func(b *testing.B) {
+			db, _ := newDB(b)
+			admin := server.Open(b, "")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{}, 3)
+			for _, id := range []string{"a", "b", "c"} {
+				e, err := election.New(db, "steady", election.Config{Strategy: s, Identity: id})
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					e.Run(ctx, func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+					done <- struct{}{}
+				}()
+			}
+			defer func() { cancel(); <-done; <-done; <-done }()
+			time.Sleep(3 * time.Second) // everyone campaigning
+			questions := func() float64 {
+				var name string
+				var n float64
+				if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+					b.Fatal(err)
+				}
+				return n
+			}
+			for range b.N {
+				before := questions()
+				time.Sleep(5 * time.Second)
+				// Two statements are the measurement's own.
+				b.ReportMetric((questions()-before-2)/5, "queries/s")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
