@@ -180,6 +180,27 @@ type Config struct {
 	HistoryLimit int
 	// Logger receives the Elector's structured logs. Default: none.
 	Logger *slog.Logger
+	// Observer receives the Elector's events, for metrics. Default: none.
+	Observer *Observer
+}
+
+// Observer receives an Elector's events, for metrics and tracing. Every
+// field is optional. The functions are called synchronously from the
+// Elector's goroutines: they must be fast and must not call the Elector.
+type Observer struct {
+	// TermStarted: this candidate began a term.
+	TermStarted func(election, identity string, token uint64)
+	// TermEnded: the term ended; reason is as in TermRecord.Reason.
+	TermEnded func(election, identity string, token uint64, reason string)
+	// Renewed: a keepalive finished after latency; err is nil if it was
+	// confirmed.
+	Renewed func(election string, latency time.Duration, err error)
+	// Killed: this candidate killed (err nil) or failed to kill the session
+	// of a stuck or disobedient leader; reason is hang-killed or
+	// demote-killed.
+	Killed func(election, reason string, err error)
+	// CampaignFailed: a campaign under Run failed and will be retried.
+	CampaignFailed func(election string, err error)
 }
 
 // waitTimeout is the pinned sessions' wait_timeout W, in whole seconds.
@@ -211,6 +232,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = &Observer{}
 	}
 	return c
 }
@@ -261,6 +285,7 @@ type Elector struct {
 	lockName string // derived from the database name on first use
 	busy     bool   // a campaign or a term is under way
 	term     *Term  // the current term, if any
+	running  *Term  // the term whose function Run is running
 
 	stats struct{ terms, kills, killsDenied, demotions atomic.Uint64 }
 }
@@ -449,6 +474,9 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 				return err
 			}
 			e.log.Warn("campaign failed; retrying", "err", err)
+			if f := e.cfg.Observer.CampaignFailed; f != nil {
+				f(e.name, err)
+			}
 			if err := wait(); err != nil {
 				return err
 			}
@@ -456,7 +484,9 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		}
 		fnCtx, cancel := context.WithCancelCause(t.Context())
 		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		e.setRunning(t)
 		fnErr := fn(fnCtx, t)
+		e.setRunning(nil)
 		stop()
 		cancel(nil)
 		lost := t.Err()
@@ -474,6 +504,12 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 			return err
 		}
 	}
+}
+
+func (e *Elector) setRunning(t *Term) {
+	e.mu.Lock()
+	e.running = t
+	e.mu.Unlock()
 }
 
 func permanent(err error) bool {
@@ -526,6 +562,14 @@ type Term struct {
 	mu    sync.Mutex
 	until time.Time   // end of the local lease (monotonic)
 	timer *time.Timer // cancels ctx at until
+	ended time.Time   // when the keepalive loop saw the term end
+}
+
+// endedAt returns when the term was seen to end, zero while it lasts.
+func (t *Term) endedAt() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ended
 }
 
 // newTerm starts the term's keepalive loop. sent is when the command that
@@ -616,6 +660,10 @@ func (t *Term) keep(parent context.Context) {
 	defer t.timer.Stop()
 	log := t.e.log.With("token", t.token)
 	log.Info("term started")
+	obs := t.e.cfg.Observer
+	if obs.TermStarted != nil {
+		obs.TermStarted(t.e.name, t.e.cfg.Identity, t.token)
+	}
 	tick := time.NewTicker(t.e.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -628,6 +676,9 @@ func (t *Term) keep(parent context.Context) {
 			ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
 			err := t.h.renew(ctx)
 			cancel()
+			if obs.Renewed != nil {
+				obs.Renewed(t.e.name, time.Since(sent), err)
+			}
 			if err == nil {
 				t.extend(sent)
 				continue
@@ -644,6 +695,9 @@ func (t *Term) keep(parent context.Context) {
 		}
 		break
 	}
+	t.mu.Lock()
+	t.ended = time.Now()
+	t.mu.Unlock()
 	reason := context.Cause(t.ctx)
 	why := t.why(reason, parent)
 	if why == stateDemoted || why == stateHandedOver {
@@ -671,6 +725,9 @@ func (t *Term) keep(parent context.Context) {
 		cancel()
 	}
 	log.Info("term ended", "reason", reason)
+	if obs.TermEnded != nil {
+		obs.TermEnded(t.e.name, t.e.cfg.Identity, t.token, why)
+	}
 }
 
 // why names a term's end for the record and the history.

@@ -88,6 +88,23 @@ func (t *Term) endCause() error {
 type Fence struct {
 	mu      sync.Mutex
 	highest map[string]uint64
+	busy    map[string]*sync.Mutex // per resource, for Handler
+}
+
+// serialize locks resource for one request and returns its unlock.
+func (f *Fence) serialize(resource string) func() {
+	f.mu.Lock()
+	if f.busy == nil {
+		f.busy = make(map[string]*sync.Mutex)
+	}
+	m := f.busy[resource]
+	if m == nil {
+		m = new(sync.Mutex)
+		f.busy[resource] = m
+	}
+	f.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 // Check admits a write to resource with token, or returns a

@@ -239,16 +239,25 @@ func (e *Elector) kill(ctx context.Context, q querier, rec Record, why string) e
 		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
 		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
 			e.stats.killsDenied.Add(1)
-			return fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
+			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
 				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
 				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
+			e.observeKill(why, err)
+			return err
 		default:
 			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
 		}
 	}
 	e.stats.kills.Add(1)
+	e.observeKill(why, nil)
 	e.log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
 	return endTerm(ctx, q, e.tbl, lock, rec.Token, why)
+}
+
+func (e *Elector) observeKill(why string, err error) {
+	if f := e.cfg.Observer.Killed; f != nil {
+		f(e.name, why, err)
+	}
 }
 
 // Demote forces a re-election: it asks the current leader to step down,
