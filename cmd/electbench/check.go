@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// verdict is what the checker finds in one contender's recorded history.
+type verdict struct {
+	Contender string  `json:"contender"`
+	Terms     int     `json:"terms"`
+	Writes    int     `json:"writes"`       // rows in bench_writes
+	Acked     int     `json:"acked_writes"` // writes the candidates reported committed
+	Counter   int     `json:"counter"`      // bench_counter, bumped in the same transactions
+	Lost      int     `json:"acked_writes_lost"`
+	Stale     int     `json:"stale_writes_accepted"`
+	OverlapS  float64 `json:"overlap_total_s"` // acting leaders overlapping, as their accepted writes show
+	WorstS    float64 `json:"overlap_worst_s"`
+	// Violations are broken guarantees; each comes with the history around it.
+	Violations []string `json:"violations,omitempty"`
+}
+
+type row struct {
+	id           int64
+	holder, term string
+	token        uint64
+	at           time.Time
+}
+
+// check reads the arena's writes and events after the candidates stopped.
+// In commit order a write is stale when a term that began writing after its
+// own term already wrote: the old leader acted after the new one had. For
+// this library every write is fenced, so a stale one, a token that does not
+// grow with its terms, a counter that disagrees with the rows, or an
+// acknowledged write that is missing, is a violation.
+func check(ctx context.Context, a *arena) (verdict, error) {
+	v := verdict{Contender: a.contender}
+	rows, err := a.admin.QueryContext(ctx, "SELECT id, holder, term, token, DATE_FORMAT(at, '%Y-%m-%d %H:%i:%s.%f') FROM bench_writes ORDER BY id")
+	if err != nil {
+		return v, err
+	}
+	var ws []row
+	for rows.Next() {
+		var r row
+		var at string
+		if err := rows.Scan(&r.id, &r.holder, &r.term, &r.token, &at); err != nil {
+			rows.Close()
+			return v, err
+		}
+		r.at, _ = time.Parse("2006-01-02 15:04:05.000000", at)
+		ws = append(ws, r)
+	}
+	rows.Close()
+	if err := a.admin.QueryRowContext(ctx, "SELECT n FROM bench_counter").Scan(&v.Counter); err != nil {
+		return v, err
+	}
+	v.Writes = len(ws)
+	fenced := a.contender == libGetLock || a.contender == libLease
+
+	// Terms in the order they first wrote; their spans of accepted writes.
+	type span struct {
+		order       int
+		first, last time.Time
+	}
+	spans := map[string]*span{}
+	var order []string
+	newest := ""
+	for _, w := range ws {
+		s := spans[w.term]
+		if s == nil {
+			s = &span{order: len(order), first: w.at}
+			spans[w.term] = s
+			order = append(order, w.term)
+			newest = w.term
+		}
+		s.last = w.at
+		if s.order < spans[newest].order {
+			v.Stale++
+			if fenced {
+				v.Violations = append(v.Violations, fmt.Sprintf("stale write %d of term %s (%s) accepted after term %s began writing\n%s",
+					w.id, w.term, w.holder, newest, a.around(w.at)))
+			}
+		}
+	}
+	for i, t := range order {
+		for _, u := range order[i+1:] {
+			if o := spans[t].last.Sub(spans[u].first); o > 0 {
+				v.OverlapS += o.Seconds()
+				v.WorstS = max(v.WorstS, o.Seconds())
+			}
+		}
+	}
+
+	// Events: terms, tokens, acknowledged writes.
+	var starts []event
+	for _, e := range a.log {
+		switch {
+		case e.Ev == "start":
+			starts = append(starts, e)
+		case e.Ev == "write" && e.OK:
+			v.Acked++
+		}
+	}
+	v.Terms = len(starts)
+	sort.Slice(starts, func(i, j int) bool { return starts[i].At < starts[j].At })
+	if fenced {
+		for i := 1; i < len(starts); i++ {
+			if starts[i].Token <= starts[i-1].Token {
+				v.Violations = append(v.Violations, fmt.Sprintf("term of %s started with token %d after token %d\n%s",
+					starts[i].ID, starts[i].Token, starts[i-1].Token, a.around(time.Unix(0, starts[i].At))))
+			}
+		}
+	}
+	if v.Lost = max(0, v.Acked-v.Writes); v.Lost > 0 {
+		v.Violations = append(v.Violations, fmt.Sprintf("%d acknowledged writes are missing", v.Lost))
+	}
+	if v.Counter != v.Writes {
+		v.Violations = append(v.Violations, fmt.Sprintf("counter %d but %d write rows", v.Counter, v.Writes))
+	}
+	return v, nil
+}
+
+// around prints the events within a second of t.
+func (a *arena) around(t time.Time) string {
+	var b strings.Builder
+	for _, e := range a.log {
+		if d := time.Unix(0, e.At).Sub(t); d > -time.Second && d < time.Second && e.Ev != "write" {
+			fmt.Fprintf(&b, "  %+8.3fs %-4s %s term %s token %d %s\n", d.Seconds(), e.ID, e.Ev, e.Term, e.Token, e.Reason)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// Contenders, as named on the command line.
+const (
+	libGetLock   = "getlock"      // this library, GetLock strategy
+	libLease     = "lease"        // this library, LeaseRow strategy
+	recipe20     = "recipe-20s"   // the single-row timeout recipe as published: 20 s
+	recipeSame   = "recipe-lease" // the same recipe with our lease + margin
+	plainGetLock = "plain-getlock"
+)
+
+var allContenders = []string{libGetLock, libLease, recipe20, recipeSame, plainGetLock}
+
+// event is one line a candidate process prints.
+type event struct {
+	Ev     string `json:"ev"` // start, end, write
+	ID     string `json:"id"`
+	Term   string `json:"term"`
+	Token  uint64 `json:"token,omitempty"`
+	OK     bool   `json:"ok,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	At     int64  `json:"at"` // Unix ns; all processes share the machine's clock
+}
+
+// timing is the contest's common timing.
+type timing struct {
+	Interval, Lease, Margin, WriteEvery time.Duration
+}
+
+// candidate runs one contender in this process until ctx ends, printing
+// events on stdout.
+type candidate struct {
+	id     string
+	db     *sql.DB
+	tm     timing
+	mu     sync.Mutex
+	out    *json.Encoder
+	writes sync.WaitGroup
+}
+
+func (c *candidate) emit(e event) {
+	e.ID, e.At = c.id, time.Now().UnixNano()
+	c.mu.Lock()
+	c.out.Encode(e)
+	c.mu.Unlock()
+}
+
+func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	c := &candidate{id: id, db: db, tm: tm, out: json.NewEncoder(os.Stdout)}
+	switch contender {
+	case libGetLock, libLease:
+		return c.library(ctx, contender)
+	case recipe20:
+		return c.recipe(ctx, 20)
+	case recipeSame:
+		return c.recipe(ctx, int(math.Ceil((tm.Lease + tm.Margin).Seconds())))
+	case plainGetLock:
+		return c.plainLock(ctx)
+	}
+	return fmt.Errorf("unknown contender %q", contender)
+}
+
+// write records one write of the acting term: a row and the counter, in
+// one transaction.
+func write(ctx context.Context, tx *sql.Tx, holder, term string, token uint64) error {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO bench_writes (holder, term, token, at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))", holder, term, token); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "UPDATE bench_counter SET n = n + 1")
+	return err
+}
+
+// library runs this library's elector; every write is fenced.
+func (c *candidate) library(ctx context.Context, contender string) error {
+	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin}
+	if contender == libLease {
+		cfg.Strategy = election.LeaseRow
+	}
+	e, err := election.New(c.db, "bench", cfg)
+	if err != nil {
+		return err
+	}
+	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
+		term := fmt.Sprint(t.Token())
+		c.emit(event{Ev: "start", Term: term, Token: t.Token()})
+		for ctx.Err() == nil {
+			err := t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token()) })
+			if err == nil || ctx.Err() == nil {
+				c.emit(event{Ev: "write", Term: term, OK: err == nil})
+			}
+			sleep(ctx, c.tm.WriteEvery)
+		}
+		c.emit(event{Ev: "end", Term: term, Reason: fmt.Sprint(t.Err())})
+		return nil
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// acting is a hand-rolled leader's belief that it leads, and the writes it
+// makes while it believes so: unfenced, as in the recipes people use.
+type acting struct {
+	c      *candidate
+	seq    int
+	term   string
+	cancel context.CancelFunc
+}
+
+func (a *acting) leading() bool { return a.cancel != nil }
+
+func (a *acting) start(ctx context.Context) {
+	a.seq++
+	a.term = fmt.Sprintf("%s#%d", a.c.id, a.seq)
+	a.c.emit(event{Ev: "start", Term: a.term})
+	wctx, cancel := context.WithCancel(ctx)
+	a.cancel = cancel
+	a.c.writes.Add(1)
+	go func(term string) {
+		defer a.c.writes.Done()
+		for wctx.Err() == nil {
+			tx, err := a.c.db.BeginTx(wctx, nil)
+			if err == nil {
+				if err = write(wctx, tx, a.c.id, term, 0); err == nil {
+					err = tx.Commit()
+				} else {
+					tx.Rollback()
+				}
+			}
+			if err == nil || wctx.Err() == nil {
+				a.c.emit(event{Ev: "write", Term: term, OK: err == nil})
+			}
+			sleep(wctx, a.c.tm.WriteEvery)
+		}
+	}(a.term)
+}
+
+func (a *acting) stop(reason string) {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	a.c.writes.Wait()
+	a.cancel = nil
+	a.c.emit(event{Ev: "end", Term: a.term, Reason: reason})
+}
+
+// recipe is the single-row timeout recipe as commonly published: every
+// interval, one upsert that takes over the row when the leader has not
+// been seen for n seconds, then a read of who leads. No local lease, no
+// deadline on the statements, no fencing.
+func (c *candidate) recipe(ctx context.Context, n int) error {
+	if _, err := c.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS service_election ("+
+		"anchor TINYINT UNSIGNED NOT NULL PRIMARY KEY, service_id VARCHAR(128) NOT NULL, last_seen_active TIMESTAMP NOT NULL)"); err != nil {
+		return err
+	}
+	a := &acting{c: c}
+	defer a.stop("exit")
+	tick := time.NewTicker(c.tm.Interval)
+	defer tick.Stop()
+	for {
+		_, err := c.db.ExecContext(ctx, fmt.Sprintf("INSERT INTO service_election (anchor, service_id, last_seen_active) VALUES (1, ?, NOW()) "+
+			"ON DUPLICATE KEY UPDATE service_id = IF(last_seen_active < NOW() - INTERVAL %d SECOND, VALUES(service_id), service_id), "+
+			"last_seen_active = IF(service_id = VALUES(service_id), VALUES(last_seen_active), last_seen_active)", n), c.id)
+		var leader int
+		if err == nil {
+			err = c.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM service_election WHERE anchor = 1 AND service_id = ?", c.id).Scan(&leader)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && leader == 1 && !a.leading():
+			a.start(ctx)
+		case (err != nil || leader == 0) && a.leading():
+			a.stop(fmt.Sprint("poll: ", err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// plainLock is GET_LOCK as commonly hand-rolled: a pinned session, a ping
+// every interval, no session wait_timeout, no fencing.
+func (c *candidate) plainLock(ctx context.Context) error {
+	a := &acting{c: c}
+	defer a.stop("exit")
+	for ctx.Err() == nil {
+		conn, err := c.db.Conn(ctx)
+		if err != nil {
+			sleep(ctx, c.tm.Interval)
+			continue
+		}
+		var got sql.NullInt64
+		for ctx.Err() == nil && err == nil && got.Int64 != 1 {
+			err = conn.QueryRowContext(ctx, "SELECT GET_LOCK('bench', 1)").Scan(&got)
+		}
+		if err == nil && ctx.Err() == nil {
+			a.start(ctx)
+			for err == nil {
+				if sleep(ctx, c.tm.Interval); ctx.Err() != nil {
+					break
+				}
+				err = conn.PingContext(ctx)
+			}
+			a.stop(fmt.Sprint("ping: ", err))
+		}
+		conn.Raw(func(any) error { return errBadConn })
+		conn.Close()
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// summary aggregates the trials of one contender and fault.
+type summary struct {
+	Contender string  `json:"contender"`
+	Fault     string  `json:"fault"`
+	Runs      int     `json:"runs"`
+	NoFail    int     `json:"no_failover"` // runs with no new leader within the limit
+	NoLeader  int     `json:"no_leader_before"`
+	P50       float64 `json:"failover_p50_s"` // -1: no failover at all
+	P95       float64 `json:"failover_p95_s"`
+	Max       float64 `json:"failover_max_s"`
+	KnewP50   float64 `json:"old_knew_p50_s"` // -1: the old leader never learned
+	Never     int     `json:"old_never_knew"`
+}
+
+// steady is what an idle election costs the server.
+type steady struct {
+	Contender      string  `json:"contender"`
+	Candidates     int     `json:"candidates"`
+	QueriesPerSec  float64 `json:"queries_per_s"`
+	ConnsPerCand   float64 `json:"connections_per_candidate"`
+	QueriesPerCand float64 `json:"queries_per_s_per_candidate"`
+}
+
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return -1
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[int(math.Ceil(q*float64(len(s))))-1]
+}
+
+func summarize(trials []trial) []summary {
+	type key struct{ c, f string }
+	groups := map[key][]trial{}
+	var keys []key
+	for _, t := range trials {
+		k := key{t.Contender, t.Fault}
+		if groups[k] == nil {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], t)
+	}
+	var out []summary
+	for _, k := range keys {
+		s := summary{Contender: k.c, Fault: k.f, Runs: len(groups[k])}
+		var fo, knew []float64
+		for _, t := range groups[k] {
+			if t.NoLeader {
+				s.NoLeader++
+				continue
+			}
+			if t.FailoverS < 0 {
+				s.NoFail++
+			} else {
+				fo = append(fo, t.FailoverS)
+			}
+			if t.KnewS < 0 && t.Fault != fSIGKILL {
+				s.Never++
+			} else if t.KnewS >= 0 {
+				knew = append(knew, t.KnewS)
+			}
+		}
+		s.P50, s.P95, s.Max, s.KnewP50 = quantile(fo, 0.5), quantile(fo, 0.95), quantile(fo, 1), quantile(knew, 0.5)
+		out = append(out, s)
+	}
+	return out
+}
+
+func secs(x float64) string {
+	switch {
+	case x < 0:
+		return "-"
+	case x < 1:
+		return fmt.Sprintf("%.1f ms", x*1000)
+	}
+	return fmt.Sprintf("%.2f s", x)
+}
+
+func printTable(w io.Writer, sums []summary, verdicts []verdict, costs []steady) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE")
+	for _, s := range sums {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", s.Contender, s.Fault, s.Runs, secs(s.P50), secs(s.P95), secs(s.Max), s.NoFail, secs(s.KnewP50), s.Never, s.NoLeader)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTENDER\tTERMS\tWRITES\tSTALE WRITES ACCEPTED\tOVERLAP TOTAL\tWORST\tACKED WRITES LOST\tVIOLATIONS")
+	for _, v := range verdicts {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\n", v.Contender, v.Terms, v.Writes, v.Stale, secs(v.OverlapS), secs(v.WorstS), v.Lost, len(v.Violations))
+	}
+	tw.Flush()
+	if len(costs) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONTENDER\tCANDIDATES\tQUERIES/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE")
+		for _, c := range costs {
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%.2f\n", c.Contender, c.Candidates, c.QueriesPerSec, c.QueriesPerCand, c.ConnsPerCand)
+		}
+		tw.Flush()
+	}
+}
+
+// chart draws the median failover per fault and contender as horizontal
+// bars on a log scale from 1 ms to 100 s, with the p95 as a whisker; runs
+// without a failover are drawn to the limit and marked.
+func chart(w io.Writer, sums []summary, contenders, faults []string) {
+	colors := []string{"#1b9e77", "#7570b3", "#d95f02", "#e7298a", "#66a61e", "#e6ab02"}
+	const left, barH, gap, width = 150, 12, 14, 620
+	x := func(s float64) float64 { // log scale, 1 ms .. 100 s
+		return left + width*(math.Log10(max(s, 0.001))+3)/5
+	}
+	height := 60 + len(faults)*(len(contenders)*barH+gap) + 20*len(contenders)
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", left+width+40, height)
+	fmt.Fprintf(w, `<text x="%d" y="16" font-size="13">Time to a new acting leader after a fault (median bar, p95 whisker; log scale)</text>`+"\n", 10)
+	for i, label := range []string{"1 ms", "10 ms", "100 ms", "1 s", "10 s", "100 s"} {
+		px := left + width*float64(i)/5
+		fmt.Fprintf(w, `<line x1="%.0f" y1="28" x2="%.0f" y2="%d" stroke="#ddd"/><text x="%.0f" y="26" text-anchor="middle">%s</text>`+"\n", px, px, height-20*len(contenders)-10, px, label)
+	}
+	by := map[string]summary{}
+	for _, s := range sums {
+		by[s.Contender+"/"+s.Fault] = s
+	}
+	y := 36
+	for _, f := range faults {
+		fmt.Fprintf(w, `<text x="8" y="%d" font-weight="bold">%s</text>`+"\n", y+barH, f)
+		for i, c := range contenders {
+			s, ok := by[c+"/"+f]
+			if ok {
+				p50, p95, mark := s.P50, s.P95, ""
+				if s.NoFail > 0 && s.NoFail*2 >= s.Runs {
+					p50, p95, mark = 100, 100, "no failover"
+				}
+				fmt.Fprintf(w, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s %s: %s</title></rect>`+"\n",
+					left, y, max(1, x(p50)-left), barH-2, colors[i%len(colors)], c, f, secs(s.P50))
+				if p95 > p50 {
+					fmt.Fprintf(w, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#333"/>`+"\n", x(p50), y+barH/2, x(p95), y+barH/2)
+				}
+				if mark != "" {
+					fmt.Fprintf(w, `<text x="%.0f" y="%d" text-anchor="end" fill="#fff">%s</text>`+"\n", x(p50)-4, y+barH-3, mark)
+				}
+			}
+			y += barH
+		}
+		y += gap
+	}
+	for i, c := range contenders {
+		fmt.Fprintf(w, `<rect x="%d" y="%d" width="12" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", left, y+i*20, colors[i%len(colors)], left+18, y+i*20+9, c)
+	}
+	fmt.Fprintln(w, "</svg>")
+}
+
+func join(xs []string) string { return strings.Join(xs, ",") }
