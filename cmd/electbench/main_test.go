@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "candidate" {
+		if err := candidateMain(context.Background(), os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(10 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// A short chaos run against each of this library's strategies: random real
+// faults (SIGKILL, SIGTERM, SIGSTOP, blackhole, reset, KILL CONNECTION,
+// server restart) while the leaders make fenced writes; the checker must
+// find no stale write, no token that fails to grow, no lost write.
+func TestChaos(t *testing.T) {
+	for _, contender := range []string{libGetLock, libLease} {
+		t.Run(contender, func(t *testing.T) {
+			out, err := os.CreateTemp(t.TempDir(), "chaos")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = chaosMain(context.Background(), []string{"-contender", contender, "-faults", "14", "-seed", "7",
+				"-interval", "100ms", "-lease", "1s", "-margin", "1s", "-limit", "5s"}, out)
+			report, _ := os.ReadFile(out.Name())
+			if err != nil || !strings.Contains(string(report), "no violation") {
+				t.Fatalf("chaos: %v\n%s", err, report)
+			}
+			if !strings.Contains(string(report), "14 faults") {
+				t.Fatalf("not every fault was injected:\n%s", report)
+			}
+		})
+	}
+}
+
+// The checker finds what it is for: a write of an old term accepted after
+// a newer term began writing, a counter that disagrees, acknowledged writes
+// that are missing, and tokens that do not grow with their terms.
+func TestCheckerFindsViolations(t *testing.T) {
+	var o options
+	srv, err := o.server(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	a, err := newArena(ctx, srv, libGetLock, timing{Interval: time.Second, Lease: 5 * time.Second, Margin: time.Second, WriteEvery: time.Second}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	for _, stmt := range []string{
+		"INSERT INTO bench_writes (holder, term, token, at) VALUES " +
+			"('c0', '1', 1, UTC_TIMESTAMP(6)), ('c1', '2', 2, UTC_TIMESTAMP(6) + INTERVAL 1 SECOND), ('c0', '1', 1, UTC_TIMESTAMP(6) + INTERVAL 2 SECOND)",
+		"UPDATE bench_counter SET n = 2",
+	} {
+		if _, err := a.admin.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UnixNano()
+	a.log = []event{
+		{Ev: "start", ID: "c0", Term: "1", Token: 1, At: now},
+		{Ev: "start", ID: "c1", Term: "2", Token: 2, At: now + 1},
+		{Ev: "start", ID: "c2", Term: "3", Token: 2, At: now + 2},
+	}
+	for range 4 {
+		a.log = append(a.log, event{Ev: "write", OK: true, At: now})
+	}
+	v, err := check(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Stale != 1 || v.Lost != 1 || v.WorstS < 0.9 || len(v.Violations) != 4 {
+		t.Fatalf("verdict: %+v", v)
+	}
+	for i, want := range []string{"stale write 3 of term 1", "token 2 after token 2", "1 acknowledged writes are missing", "counter 2 but 3 write rows"} {
+		if !strings.Contains(v.Violations[i], want) {
+			t.Fatalf("violation %d: %q, want %q", i, v.Violations[i], want)
+		}
+	}
+}

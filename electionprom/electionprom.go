@@ -1,0 +1,156 @@
+// Package electionprom exports an Elector's events as Prometheus metrics.
+// It is a separate package so that the election package itself does not
+// depend on Prometheus.
+//
+// Register the metrics once per process and give every Elector the same
+// Observer:
+//
+//	m, err := electionprom.New(prometheus.DefaultRegisterer)
+//	...
+//	e, err := election.New(db, "billing-cron", election.Config{Observer: m.Observer()})
+//
+// Every metric is labelled with the election's name (label election):
+//
+//	election_is_leader                    1 while this process leads the election, else 0
+//	election_term_token                   fencing token of the current or last term led here
+//	election_transitions_total{event}     terms started ("started") and ended, by reason
+//	                                      (resigned, demoted, handed-over, lease-expired, ...)
+//	election_keepalive_seconds            latency of the leader's keepalives, failed ones included
+//	election_failures_total{kind}         failed keepalives ("keepalive"), campaigns under
+//	                                      Run ("campaign") and kills of stuck leaders ("kill")
+//	election_kills_total{reason}          sessions of stuck leaders killed (hang-killed, demote-killed)
+package electionprom
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sqlelect/election"
+)
+
+// Metrics holds the collectors that an Observer updates. One Metrics serves
+// any number of Electors and elections in a process.
+type Metrics struct {
+	isLeader    *prometheus.GaugeVec
+	token       *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	keepalive   *prometheus.HistogramVec
+	failures    *prometheus.CounterVec
+	kills       *prometheus.CounterVec
+
+	// terms counts the terms held here per election. Two Electors of one
+	// election in a process overlap briefly at a hand-over (the new term
+	// may start before the old one's TermEnded runs), so is_leader is set
+	// from this count rather than from the last event.
+	mu    sync.Mutex
+	terms map[string]int
+}
+
+// New creates the metrics and registers them with reg (for example
+// prometheus.DefaultRegisterer, or a prometheus.NewRegistry()). Either all
+// are registered or none: registering twice with the same reg returns an
+// error wrapping the registry's (a prometheus.AlreadyRegisteredError).
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	const ns = "election"
+	m := &Metrics{
+		isLeader: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "is_leader",
+			Help: "1 while this process leads the election, else 0.",
+		}, []string{"election"}),
+		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "term_token",
+			Help: "Fencing token of the current or last term this process led.",
+		}, []string{"election"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "transitions_total",
+			Help: `Terms this process started (event="started") and ended, by why they ended.`,
+		}, []string{"election", "event"}),
+		keepalive: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "keepalive_seconds",
+			Help: "Latency of the leader's keepalives, failed ones included.",
+			// 0.5ms to about 4s: a loopback round trip up to a keepalive
+			// that runs into a default lease.
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"election"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "failures_total",
+			Help: `Failed keepalives (kind="keepalive"), campaigns under Run (kind="campaign") and kills of stuck leaders (kind="kill").`,
+		}, []string{"election", "kind"}),
+		kills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "kills_total",
+			Help: "Sessions of stuck or disobedient leaders this process killed, by reason.",
+		}, []string{"election", "reason"}),
+		terms: map[string]int{},
+	}
+	all := collectors{m.isLeader, m.token, m.transitions, m.keepalive, m.failures, m.kills}
+	if err := reg.Register(all); err != nil {
+		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
+	}
+	return m, nil
+}
+
+// Observer returns an Observer that updates the metrics; put it in
+// election.Config.Observer. Its functions only update in-memory values and
+// never block on I/O.
+func (m *Metrics) Observer() *election.Observer {
+	return &election.Observer{
+		TermStarted: func(name, _ string, token uint64) {
+			m.leading(name, 1)
+			m.token.WithLabelValues(name).Set(float64(token))
+			m.transitions.WithLabelValues(name, "started").Inc()
+		},
+		TermEnded: func(name, _ string, _ uint64, reason string) {
+			m.leading(name, -1)
+			m.transitions.WithLabelValues(name, reason).Inc()
+		},
+		Renewed: func(name string, latency time.Duration, err error) {
+			m.keepalive.WithLabelValues(name).Observe(latency.Seconds())
+			if err != nil {
+				m.failures.WithLabelValues(name, "keepalive").Inc()
+			}
+		},
+		Killed: func(name, reason string, err error) {
+			if err != nil {
+				m.failures.WithLabelValues(name, "kill").Inc()
+				return
+			}
+			m.kills.WithLabelValues(name, reason).Inc()
+		},
+		CampaignFailed: func(name string, _ error) {
+			m.failures.WithLabelValues(name, "campaign").Inc()
+		},
+	}
+}
+
+// leading adds delta to the terms held for election name and sets
+// is_leader to match.
+func (m *Metrics) leading(name string, delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.terms[name] + delta
+	m.terms[name] = n
+	v := 0.0
+	if n > 0 {
+		v = 1
+	}
+	m.isLeader.WithLabelValues(name).Set(v)
+}
+
+// collectors registers several collectors as one, so that New registers
+// all of them or none.
+type collectors []prometheus.Collector
+
+func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
+}

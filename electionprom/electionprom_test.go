@@ -1,0 +1,300 @@
+package electionprom_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/electionprom"
+	"github.com/sqlelect/election/internal/leakcheck"
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+// server is the one server of this test binary, started by TestMain.
+var server *mysqltest.Server
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	s, err := mysqltest.Start(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server = s
+	fmt.Fprintln(os.Stderr, "electionprom tests use", s.Describe())
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(10 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	s.Close()
+	os.Exit(code)
+}
+
+// newElector returns a candidate with the test timing (W = 2s) that reports
+// to m.
+func newElector(t *testing.T, db *sql.DB, s election.Strategy, name, id string, m *electionprom.Metrics) *election.Elector {
+	t.Helper()
+	e, err := election.New(db, name, election.Config{
+		Strategy: s, Identity: id, Observer: m.Observer(),
+		Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func newMetrics(t *testing.T) (*prometheus.Registry, *electionprom.Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := electionprom.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, m
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// value returns the value of the gauge or counter family name whose labels
+// are exactly labels (name, value pairs), or a histogram's sample count; 0
+// if there is no such series.
+func value(t *testing.T, reg prometheus.Gatherer, family string, labels ...string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel())*2 != len(labels) {
+				continue
+			}
+			for i, l := range m.GetLabel() { // sorted by name, as labels must be
+				if l.GetName() != labels[2*i] || l.GetValue() != labels[2*i+1] {
+					continue series
+				}
+			}
+			switch {
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// eventually fails the test unless cond holds within limit. Term events
+// arrive from the term's own goroutine, just after Campaign returns.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A term started, renewed and resigned shows up in every metric it touches.
+func TestTermMetrics(t *testing.T) {
+	for _, s := range []election.Strategy{election.GetLock, election.LeaseRow} {
+		t.Run(s.String(), func(t *testing.T) {
+			t.Parallel()
+			db := server.Open(t, server.NewDatabase(t))
+			reg, m := newMetrics(t)
+			const name = "metered"
+			e := newElector(t, db, s, name, "a", m)
+			term, err := e.Campaign(ctxFor(t, time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { term.Resign(context.Background()) })
+			eventually(t, 5*time.Second, "is_leader 1", func() bool {
+				return value(t, reg, "election_is_leader", "election", name) == 1
+			})
+			time.Sleep(400 * time.Millisecond)
+			if err := term.Resign(ctxFor(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// Resign returns after TermEnded has run.
+			for _, c := range []struct {
+				family string
+				labels []string
+				want   float64
+			}{
+				{"election_is_leader", []string{"election", name}, 0},
+				{"election_transitions_total", []string{"election", name, "event", "started"}, 1},
+				{"election_transitions_total", []string{"election", name, "event", "resigned"}, 1},
+				{"election_term_token", []string{"election", name}, float64(term.Token())},
+				{"election_failures_total", []string{"election", name, "kind", "keepalive"}, 0},
+			} {
+				if got := value(t, reg, c.family, c.labels...); got != c.want {
+					t.Errorf("%s%v = %v, want %v", c.family, c.labels, got, c.want)
+				}
+			}
+			if n := value(t, reg, "election_keepalive_seconds", "election", name); n < 2 {
+				t.Errorf("%v keepalives observed in 400ms at a 100ms interval, want at least 2", n)
+			}
+			if n, err := testutil.GatherAndCount(reg, "election_transitions_total"); err != nil || n != 2 {
+				t.Errorf("%d transition series (%v), want 2: started and resigned", n, err)
+			}
+		})
+	}
+}
+
+// Two candidates of one election in one process, sharing one Metrics: a
+// scrape after a hand-over shows the one leader and both transitions.
+func TestScrape(t *testing.T) {
+	t.Parallel()
+	db := server.Open(t, server.NewDatabase(t))
+	reg, m := newMetrics(t)
+	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(ts.Close)
+	scrape := func() string {
+		t.Helper()
+		resp, err := ts.Client().Get(ts.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
+		}
+		return string(body)
+	}
+	const name = "scraped"
+	ctx := ctxFor(t, time.Minute)
+	a := newElector(t, db, election.GetLock, name, "a", m)
+	b := newElector(t, db, election.GetLock, name, "b", m)
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ta.Resign(context.Background()) })
+	type result struct {
+		term *election.Term
+		err  error
+	}
+	won := make(chan result, 1)
+	go func() {
+		term, err := b.Campaign(ctx)
+		won <- result{term, err}
+	}()
+	eventually(t, 5*time.Second, "a leads", func() bool {
+		return strings.Contains(scrape(), `election_is_leader{election="scraped"} 1`)
+	})
+	if err := ta.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-won
+	if r.err != nil {
+		t.Fatalf("b's campaign: %v", r.err)
+	}
+	term := r.term
+	t.Cleanup(func() { term.Resign(context.Background()) })
+	want := []string{
+		`election_is_leader{election="scraped"} 1`,
+		`election_transitions_total{election="scraped",event="started"} 2`,
+		`election_transitions_total{election="scraped",event="resigned"} 1`,
+		fmt.Sprintf(`election_term_token{election="scraped"} %d`, term.Token()),
+	}
+	var body string
+	eventually(t, 5*time.Second, "b leads", func() bool {
+		body = scrape()
+		return strings.Contains(body, want[1])
+	})
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("scrape lacks %s:\n%s", w, body)
+		}
+	}
+	if err := term.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	body = scrape()
+	for _, w := range []string{
+		`election_is_leader{election="scraped"} 0`,
+		`election_transitions_total{election="scraped",event="resigned"} 2`,
+	} {
+		if !strings.Contains(body, w) {
+			t.Errorf("scrape after the last resign lacks %s:\n%s", w, body)
+		}
+	}
+}
+
+// A candidate that cannot reach its server counts failed campaigns.
+func TestCampaignFailures(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/x?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	reg, m := newMetrics(t)
+	e := newElector(t, db, election.GetLock, "unreachable", "a", m)
+	err = e.Run(ctxFor(t, 1500*time.Millisecond), func(context.Context, *election.Term) error {
+		t.Error("led without a server")
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run: %v, want the context's deadline", err)
+	}
+	if n := value(t, reg, "election_failures_total", "election", "unreachable", "kind", "campaign"); n < 1 {
+		t.Fatalf("%v failed campaigns counted, want at least 1", n)
+	}
+}
+
+// New registers all metrics or none.
+func TestRegisterTwice(t *testing.T) {
+	t.Parallel()
+	reg, _ := newMetrics(t)
+	_, err := electionprom.New(reg)
+	var already prometheus.AlreadyRegisteredError
+	if !errors.As(err, &already) {
+		t.Fatalf("second New on one registry: %v, want an AlreadyRegisteredError", err)
+	}
+
+	// One name taken: New fails and leaves nothing behind, so a collector
+	// that clashes with another of its metrics still registers.
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "election_kills_total", Help: "taken"}))
+	if _, err := electionprom.New(reg); err == nil {
+		t.Fatal("New registered over a taken name")
+	}
+	if err := reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: "election_is_leader", Help: "other"})); err != nil {
+		t.Fatalf("a failed New left metrics registered: %v", err)
+	}
+}
