@@ -38,6 +38,7 @@ type event struct {
 // timing is the contest's common timing.
 type timing struct {
 	Interval, Lease, Margin, WriteEvery time.Duration
+	Check                               time.Duration // this library's CheckInterval (0: Interval)
 }
 
 // candidate runs one contender in this process until ctx ends, printing
@@ -90,7 +91,7 @@ func write(ctx context.Context, tx *sql.Tx, holder, term string, token uint64) e
 
 // library runs this library's elector; every write is fenced.
 func (c *candidate) library(ctx context.Context, contender string) error {
-	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin}
+	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin, CheckInterval: c.tm.Check}
 	if contender == libLease {
 		cfg.Strategy = election.LeaseRow
 	}

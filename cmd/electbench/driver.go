@@ -117,7 +117,9 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 	cfg.User, cfg.Passwd, cfg.Addr = p.user, "bench", p.proxy.Addr()
 	cmd := exec.Command(a.self, "candidate", "-contender", a.contender, "-id", id, "-dsn", cfg.FormatDSN(),
 		"-interval", a.tm.Interval.String(), "-lease", a.tm.Lease.String(), "-margin", a.tm.Margin.String(),
-		"-write-every", a.tm.WriteEvery.String())
+		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String())
+	// One OS thread per candidate keeps a thousand candidate processes cheap.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = io.Discard
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

@@ -68,6 +68,7 @@ func candidateMain(ctx context.Context, args []string) error {
 	fs.DurationVar(&tm.Lease, "lease", 5*time.Second, "")
 	fs.DurationVar(&tm.Margin, "margin", time.Second, "")
 	fs.DurationVar(&tm.WriteEvery, "write-every", 20*time.Millisecond, "")
+	fs.DurationVar(&tm.Check, "check", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -90,6 +91,7 @@ func (o *options) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.tm.Lease, "lease", 2*time.Second, "lease of this library's contenders")
 	fs.DurationVar(&o.tm.Margin, "margin", time.Second, "margin of this library's contenders; the recipe-lease contender times out after lease+margin")
 	fs.DurationVar(&o.tm.WriteEvery, "write-every", 20*time.Millisecond, "how often an acting leader writes")
+	fs.DurationVar(&o.tm.Check, "check-interval", 0, "how long this library's waiters block in GET_LOCK or between lease tries (0: -interval); raise it for many candidates")
 	fs.IntVar(&o.candidates, "candidates", 3, "candidate processes per contender")
 	fs.DurationVar(&o.limit, "limit", 0, "how long to wait for a new leader after a fault (0: 2×(lease+margin)+2s, and 25s for recipe-20s)")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
