@@ -20,7 +20,6 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election"
-	"github.com/sqlelect/election/internal/leakcheck"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -34,25 +33,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ELECTION_CHILD") != "" {
 		os.Exit(childMain())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	s, err := mysqltest.Start(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server = s
-	fmt.Fprintln(os.Stderr, "election tests use", s.Describe())
-	code := m.Run()
-	dropExampleDatabases()
-	if code == 0 {
-		if err := leakcheck.Check(10 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	s.Close()
-	os.Exit(code)
+	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
+		server = s
+		return dropExampleDatabases // examples have no t.Cleanup
+	}))
 }
 
 func dropExampleDatabases() {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/electionprom"
-	"github.com/sqlelect/election/internal/leakcheck"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -28,24 +27,10 @@ import (
 var server *mysqltest.Server
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	s, err := mysqltest.Start(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server = s
-	fmt.Fprintln(os.Stderr, "electionprom tests use", s.Describe())
-	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Check(10 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	s.Close()
-	os.Exit(code)
+	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
+		server = s
+		return nil
+	}))
 }
 
 // newElector returns a candidate with the test timing (W = 2s) that reports

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -13,30 +12,16 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
-	"github.com/sqlelect/election/internal/leakcheck"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
 var server *mysqltest.Server
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	s, err := mysqltest.Start(ctx)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server = s
-	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Check(10 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	s.Close()
-	os.Exit(code)
+	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
+		server = s
+		return nil
+	}))
 }
 
 var fast = election.Config{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second}

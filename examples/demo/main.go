@@ -19,10 +19,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election"
-	"github.com/sqlelect/election/internal/mysqltest"
+	"github.com/sqlelect/election/examples/internal/exampledb"
 )
 
 func main() {
@@ -63,7 +63,9 @@ func candidate(id, dsn string) {
 }
 
 func run(n, rounds int) error {
-	dsn, cleanup, err := server()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	dsn, cleanup, err := exampledb.Open(ctx, "demo")
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -157,40 +159,4 @@ func run(n, rounds int) error {
 	}
 	fmt.Printf("  took over %.1f ms after the SIGTERM\n", float64(at.Sub(stopped).Microseconds())/1000)
 	return nil
-}
-
-// server returns the DSN of $ELECTION_DSN, or of a private server that the
-// demo starts from the mariadbd/mysqld on PATH.
-func server() (string, func(), error) {
-	if dsn := os.Getenv("ELECTION_DSN"); dsn != "" {
-		cfg, err := mysql.ParseDSN(dsn)
-		if err != nil {
-			return "", nil, fmt.Errorf("ELECTION_DSN: %w", err)
-		}
-		if cfg.DBName == "" {
-			return "", nil, fmt.Errorf("ELECTION_DSN must name a database, as in root@tcp(127.0.0.1:3306)/demo")
-		}
-		return dsn, func() {}, nil
-	}
-	bin := mysqltest.PrivateBinary()
-	if bin == "" {
-		return "", nil, fmt.Errorf("no server: set ELECTION_DSN, or install MariaDB (scripts/demo.sh does)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := mysqltest.StartPrivate(ctx, bin)
-	if err != nil {
-		return "", nil, err
-	}
-	fmt.Println("using", s.Describe())
-	db, err := sql.Open("mysql", s.DSN(""))
-	if err == nil {
-		_, err = db.ExecContext(ctx, "CREATE DATABASE demo")
-		db.Close()
-	}
-	if err != nil {
-		s.Close()
-		return "", nil, err
-	}
-	return s.DSN("demo"), s.Close, nil
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"os"
-	"time"
 
 	"testing"
 
@@ -15,14 +13,7 @@ func TestMain(m *testing.M) {
 		candidate(id, os.Getenv("ELECTION_DSN"))
 		os.Exit(0)
 	}
-	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Check(5 * time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(leakcheck.Run(m))
 }
 
 // The demo as the README runs it, with one kill: it fails unless another

@@ -5,8 +5,10 @@ package leakcheck
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -51,4 +53,17 @@ func find() []string {
 		}
 	}
 	return leaked
+}
+
+// Run runs a test binary's tests and fails the run if a goroutine outlives
+// them; it returns the exit code, for TestMain.
+func Run(m *testing.M) int {
+	code := m.Run()
+	if code == 0 {
+		if err := Check(10 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	return code
 }

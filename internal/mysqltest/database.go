@@ -5,8 +5,12 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/sqlelect/election/internal/leakcheck"
 )
 
 // NewDatabase creates a fresh, uniquely named database for one test and
@@ -42,4 +46,26 @@ func (s *Server) Open(t testing.TB, db string) *sql.DB {
 	}
 	t.Cleanup(func() { pool.Close() })
 	return pool
+}
+
+// Main is a test binary's TestMain body: it starts the server (Start),
+// hands it to use, runs the tests (failing if a goroutine outlives them, see
+// leakcheck.Run), runs what use returned (if not nil), stops the server,
+// and returns the exit code.
+func Main(m *testing.M, use func(*Server) (after func())) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	s, err := Start(ctx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	fmt.Fprintln(os.Stderr, "tests use", s.Describe())
+	after := use(s)
+	code := leakcheck.Run(m)
+	if after != nil {
+		after()
+	}
+	return code
 }

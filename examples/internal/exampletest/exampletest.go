@@ -1,0 +1,48 @@
+// Package exampletest holds what the examples' tests share: starting an
+// example as a child process and waiting for a leader.
+package exampletest
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// Start re-runs the test binary with env set (its TestMain then runs the
+// example's main) and args, against dsn; the child is killed when the test
+// ends, or if the test binary dies first.
+func Start(t *testing.T, env, dsn string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env+"=1", "ELECTION_DSN="+dsn)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd
+}
+
+// WaitLeader waits until a candidate leads with a token above after.
+func WaitLeader(t *testing.T, e *election.Elector, after uint64) election.Record {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := e.Leader(t.Context())
+		if err == nil && r.Token > after {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader with a token above %d within 30s (last: %v)", after, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
