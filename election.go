@@ -284,6 +284,7 @@ type Elector struct {
 	ready    bool   // tables checked and lock name known
 	lockName string // derived from the database name on first use
 	busy     bool   // a campaign or a term is under way
+	claim    uint64 // counts campaigns, so that a late keeper releases only its own
 	term     *Term  // the current term, if any
 	running  *Term  // the term whose function Run is running
 
@@ -386,20 +387,25 @@ func (e *Elector) isReady() bool {
 	return e.ready
 }
 
-// claim marks the Elector busy for one campaign and its term.
-func (e *Elector) claim() error {
+// begin marks the Elector busy for one campaign and its term.
+func (e *Elector) begin() (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.busy {
-		return ErrCampaigning
+		return 0, ErrCampaigning
 	}
 	e.busy = true
-	return nil
+	e.claim++
+	return e.claim, nil
 }
 
-func (e *Elector) unclaim() {
+// end releases campaign claim's hold on the Elector, unless a later one
+// holds it.
+func (e *Elector) end(claim uint64) {
 	e.mu.Lock()
-	e.busy, e.term = false, nil
+	if e.claim == claim {
+		e.busy, e.term = false, nil
+	}
 	e.mu.Unlock()
 }
 
@@ -414,7 +420,8 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 
 // campaign waits under waitCtx and binds the term to termCtx.
 func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
-	if err := e.claim(); err != nil {
+	claim, err := e.begin()
+	if err != nil {
 		return nil, err
 	}
 	acquire := e.acquireLock
@@ -424,13 +431,15 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
 	t, err := acquire(waitCtx, termCtx)
 	switch {
 	case t == nil:
-		e.unclaim()
+		e.end(claim)
 		return nil, err
 	case err != nil:
 		return nil, err // the term ended early; its keeper released the claim
 	}
 	e.mu.Lock()
-	e.term = t
+	if e.claim == claim && e.busy { // not if the term has already ended
+		e.term = t
+	}
 	e.mu.Unlock()
 	return t, nil
 }
@@ -549,6 +558,7 @@ type holder interface {
 // one's code has stopped: call Resign when the work has stopped (Run does).
 type Term struct {
 	e     *Elector
+	claim uint64 // the campaign that won it
 	token uint64
 	start time.Time // local, when the term began
 	h     holder
@@ -584,6 +594,9 @@ func newTerm(e *Elector, h holder, token uint64, sent time.Time, parent context.
 	}
 	t.timer = time.AfterFunc(time.Until(t.until), func() { cancel(ErrLeaseExpired) })
 	e.stats.terms.Add(1)
+	e.mu.Lock()
+	t.claim = e.claim // the campaign's: nobody else can claim while it runs
+	e.mu.Unlock()
 	go t.keep(parent)
 	return t
 }
@@ -655,7 +668,7 @@ func (t *Term) Resign(ctx context.Context) error {
 // the end was chosen (Resign, the campaign's context) and drops the hold.
 func (t *Term) keep(parent context.Context) {
 	defer close(t.done)
-	defer t.e.unclaim()
+	defer t.e.end(t.claim)
 	defer t.h.close()
 	defer t.timer.Stop()
 	log := t.e.log.With("token", t.token)
