@@ -16,6 +16,7 @@ type StaleTokenError struct {
 	Cause    error  // why the term ended, for a locally ended term
 }
 
+// Error says which token was refused, and what superseded it.
 func (e *StaleTokenError) Error() string {
 	switch {
 	case e.Cause != nil:
