@@ -82,6 +82,8 @@ var (
 	// ErrCampaigning: this Elector already campaigns or leads; one Elector is
 	// one candidate.
 	ErrCampaigning = errors.New("election: this elector is already campaigning or leading")
+	// ErrHeld: TryRun found the election led by another candidate.
+	ErrHeld = errors.New("election: held by another candidate")
 	// ErrNoLeader: nobody leads the election now.
 	ErrNoLeader = errors.New("election: no leader")
 	// ErrFenced: a write was refused because its term is no longer the
@@ -415,11 +417,12 @@ func (e *Elector) end(claim uint64) {
 // only once the leader's work has stopped, or call Resign instead. A failed
 // attempt returns an error and may be retried; Run does that with backoff.
 func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
-	return e.campaign(ctx, ctx)
+	return e.campaign(ctx, ctx, false)
 }
 
-// campaign waits under waitCtx and binds the term to termCtx.
-func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
+// campaign waits under waitCtx and binds the term to termCtx. With try it
+// does not wait: it returns ErrHeld if another candidate leads.
+func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, error) {
 	claim, err := e.begin()
 	if err != nil {
 		return nil, err
@@ -428,7 +431,7 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context) (*Term, error) {
 	if e.cfg.Strategy == LeaseRow {
 		acquire = e.acquireLease
 	}
-	t, err := acquire(waitCtx, termCtx)
+	t, err := acquire(waitCtx, termCtx, try)
 	switch {
 	case t == nil:
 		e.end(claim)
@@ -474,7 +477,7 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 	}
 	for {
 		// The term outlives ctx so that it is released only after fn returns.
-		t, err := e.campaign(ctx, context.WithoutCancel(ctx))
+		t, err := e.campaign(ctx, context.WithoutCancel(ctx), false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -491,13 +494,7 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 			}
 			continue
 		}
-		fnCtx, cancel := context.WithCancelCause(t.Context())
-		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-		e.setRunning(t)
-		fnErr := fn(fnCtx, t)
-		e.setRunning(nil)
-		stop()
-		cancel(nil)
+		fnErr := e.runTerm(ctx, t, fn)
 		lost := t.Err()
 		t.Resign(context.WithoutCancel(ctx))
 		switch {
@@ -513,6 +510,41 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 			return err
 		}
 	}
+}
+
+// runTerm runs fn for term t, with a context cancelled when t ends or ctx
+// ends, and tracks it for HealthHandler.
+func (e *Elector) runTerm(ctx context.Context, t *Term, fn func(ctx context.Context, t *Term) error) error {
+	fnCtx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
+	e.setRunning(t)
+	defer e.setRunning(nil)
+	return fn(fnCtx, t)
+}
+
+// TryRun is the cluster lock for a task scheduled on every instance (as
+// ShedLock provides): if this candidate can lead at once it runs fn once,
+// in a term of its own with its fencing token, and returns fn's result;
+// if another candidate leads it returns ErrHeld at once and fn does not
+// run. fn's context is cancelled if the term ends or ctx ends. After fn
+// returns, the term is held until atLeast has passed since it began, so
+// that instances whose schedule fires a little later (clock jitter) find
+// the task held and skip it; then it is resigned.
+func (e *Elector) TryRun(ctx context.Context, atLeast time.Duration, fn func(ctx context.Context, t *Term) error) error {
+	t, err := e.campaign(ctx, context.WithoutCancel(ctx), true)
+	if err != nil {
+		return err
+	}
+	defer t.Resign(context.WithoutCancel(ctx))
+	err = e.runTerm(ctx, t, fn)
+	select {
+	case <-time.After(time.Until(t.start.Add(atLeast))):
+	case <-t.Done():
+	case <-ctx.Done():
+	}
+	return err
 }
 
 func (e *Elector) setRunning(t *Term) {

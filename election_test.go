@@ -502,3 +502,49 @@ func TestMixedStrategiesRefused(t *testing.T) {
 		})
 	}
 }
+
+// TryRun as a cluster lock: while one instance runs the task, and for
+// atLeast after it began, the others skip it with ErrHeld; afterwards the
+// next one runs it under a higher token.
+func TestTryRun(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		a := newElector(t, s, db, "task", "a")
+		b := newElector(t, s, db, "task", "b")
+		release := make(chan struct{})
+		running := make(chan uint64)
+		done := make(chan error)
+		go func() {
+			done <- a.TryRun(ctx, 700*time.Millisecond, func(ctx context.Context, term *election.Term) error {
+				running <- term.Token()
+				<-release
+				return errors.New("task result")
+			})
+		}()
+		first := <-running
+		skip := func(when string) {
+			err := b.TryRun(ctx, 0, func(context.Context, *election.Term) error {
+				t.Errorf("task ran twice (%s)", when)
+				return nil
+			})
+			if !errors.Is(err, election.ErrHeld) {
+				t.Fatalf("TryRun %s: %v, want ErrHeld", when, err)
+			}
+		}
+		skip("while it runs")
+		close(release)
+		time.Sleep(100 * time.Millisecond)
+		skip("within atLeast of its start")
+		if err := <-done; err == nil || err.Error() != "task result" {
+			t.Fatalf("TryRun returned %v, want the task's error", err)
+		}
+		var second uint64
+		if err := b.TryRun(ctx, 0, func(_ context.Context, term *election.Term) error {
+			second = term.Token()
+			return nil
+		}); err != nil || second <= first {
+			t.Fatalf("TryRun after the first ended: %v, token %d after %d", err, second, first)
+		}
+	})
+}

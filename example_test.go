@@ -156,3 +156,89 @@ func ExampleSchemaDDL() {
 	// CREATE TABLE IF NOT EXISTS `election_candidate` (
 	// CREATE TABLE IF NOT EXISTS `election_term` (
 }
+
+func ExampleElector_TryRun() {
+	db := exampleDB()
+	defer db.Close()
+	// The same nightly task is scheduled on every instance; one runs it.
+	task := func(ctx context.Context, t *election.Term) error {
+		fmt.Println("running the report with token", t.Token())
+		return nil
+	}
+	a, _ := election.New(db, "nightly-report", election.Config{Identity: "host-a"})
+	b, _ := election.New(db, "nightly-report", election.Config{Identity: "host-b"})
+	ctx := context.Background()
+	done := make(chan error)
+	go func() { done <- a.TryRun(ctx, time.Second, task) }() // held for at least 1s
+	time.Sleep(200 * time.Millisecond)
+	fmt.Println("host-b:", b.TryRun(ctx, time.Second, task))
+	fmt.Println("host-a:", <-done)
+	// Output:
+	// running the report with token 1
+	// host-b: election: held by another candidate
+	// host-a: <nil>
+}
+
+func ExampleElector_Watch() {
+	db := exampleDB()
+	defer db.Close()
+	election.CreateSchema(context.Background(), db, "")
+	cfg := election.Config{Interval: 100 * time.Millisecond, Lease: time.Second}
+	observer, _ := election.New(db, "scheduler", cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	events := observer.Watch(ctx) // closed when ctx ends
+
+	cfg.Identity = "host-a"
+	a, _ := election.New(db, "scheduler", cfg)
+	term, _ := a.Campaign(context.Background())
+	term.Resign(context.Background())
+
+	for range 3 {
+		ev := <-events
+		fmt.Printf("token %d leader %q leading %v reason %q\n", ev.Token, ev.Identity, ev.Leading, ev.Reason)
+	}
+	stop()
+	for range events {
+	}
+	// Output:
+	// token 0 leader "" leading false reason ""
+	// token 1 leader "host-a" leading true reason ""
+	// token 1 leader "host-a" leading false reason "resigned"
+}
+
+func ExampleElector_Demote() {
+	db := exampleDB()
+	defer db.Close()
+	cfg := election.Config{Interval: 100 * time.Millisecond, Lease: time.Second}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	for _, id := range []string{"host-a", "host-b"} {
+		cfg.Identity = id
+		e, _ := election.New(db, "controller", cfg)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			e.Run(ctx, func(ctx context.Context, t *election.Term) error {
+				<-ctx.Done() // demoted: stop, then return
+				return nil
+			})
+		}()
+		time.Sleep(300 * time.Millisecond) // host-a leads first
+	}
+	ops, _ := election.New(db, "controller", election.Config{})
+	before, _ := ops.Leader(ctx)
+	killed, err := ops.Demote(ctx) // returns once host-a has stepped down
+	fmt.Printf("demoted %s (token %d): killed %v, err %v\n", before.Identity, before.Token, killed, err)
+	after, err := ops.Leader(ctx)
+	for err != nil {
+		time.Sleep(50 * time.Millisecond)
+		after, err = ops.Leader(ctx)
+	}
+	fmt.Printf("%s leads (token %d)\n", after.Identity, after.Token)
+	stop()
+	<-done
+	<-done
+	// Output:
+	// demoted host-a (token 1): killed false, err <nil>
+	// host-b leads (token 2)
+}

@@ -23,7 +23,7 @@ type pinned struct {
 }
 
 // acquireLock pins a session, waits in GET_LOCK and starts a term on it.
-func (e *Elector) acquireLock(waitCtx, termCtx context.Context) (*Term, error) {
+func (e *Elector) acquireLock(waitCtx, termCtx context.Context, try bool) (*Term, error) {
 	lock, err := e.prepare(waitCtx)
 	if err != nil {
 		return nil, err
@@ -33,7 +33,10 @@ func (e *Elector) acquireLock(waitCtx, termCtx context.Context) (*Term, error) {
 		return nil, err
 	}
 	for {
-		got, err := s.getLock(waitCtx)
+		got, err := s.getLock(waitCtx, try)
+		if err == nil && !got && try {
+			err = ErrHeld
+		}
 		if err == nil && !got {
 			if err = s.contend(waitCtx); err == nil {
 				continue
@@ -45,6 +48,9 @@ func (e *Elector) acquireLock(waitCtx, termCtx context.Context) (*Term, error) {
 		}
 		sent := time.Now()
 		delay, err := s.startTerm(waitCtx)
+		if errors.Is(err, errYield) && try {
+			err = ErrHeld // dropping the session gives the lock back
+		}
 		if errors.Is(err, errYield) {
 			if err = s.yield(waitCtx); err == nil {
 				continue
@@ -88,11 +94,16 @@ func (e *Elector) pin(ctx context.Context, lock string) (*pinned, error) {
 	return s, nil
 }
 
-// getLock waits up to CheckInterval for the lock. GET_LOCK returns 1 when
-// acquired, 0 on timeout, NULL on error (a killed query).
-func (s *pinned) getLock(ctx context.Context) (bool, error) {
+// getLock waits up to CheckInterval (not at all with try) for the lock.
+// GET_LOCK returns 1 when acquired, 0 on timeout, NULL on error (a killed
+// query).
+func (s *pinned) getLock(ctx context.Context, try bool) (bool, error) {
+	wait := s.e.cfg.CheckInterval.Seconds()
+	if try {
+		wait = 0
+	}
 	var got sql.NullInt64
-	err := s.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", s.lock, s.e.cfg.CheckInterval.Seconds()).Scan(&got)
+	err := s.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", s.lock, wait).Scan(&got)
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {

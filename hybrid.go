@@ -32,9 +32,6 @@ var errHandedOver = errors.New("handing over")
 // candidate is pending; the term is not started.
 var errYield = errors.New("election: yielding to the hand-over target")
 
-// errHeld: the lease strategy found the election held.
-var errHeld = errors.New("election: held by another candidate")
-
 // demotion is the error that ends a term whose record asks it to step down.
 func demotion(handTo sql.NullString) error {
 	if handTo.Valid {
@@ -401,7 +398,7 @@ func (e *Elector) heartbeatIfDue(ctx context.Context, q querier, lock string, se
 // its connection id; LeaseRow: a random id) is given. It reads the record
 // FOR UPDATE and
 //   - refuses (ErrStrategy) while a term of the other strategy still acts;
-//   - under LeaseRow, returns errHeld unless the last term has ended, gone
+//   - under LeaseRow, returns ErrHeld unless the last term has ended, gone
 //     stale (no renewal for its lease plus margin, database clock), or
 //     ignored a demotion for as long;
 //   - returns errYield while a hand-over to another live candidate is
@@ -438,7 +435,7 @@ func (e *Elector) openTerm(ctx context.Context, tx *sql.Tx, lock string, session
 	case acting && prevStrategy.String != e.cfg.Strategy.String():
 		return 0, 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, e.name, prevStrategy.String)
 	case acting && e.cfg.Strategy == LeaseRow && !overdue.Bool:
-		return 0, 0, errHeld
+		return 0, 0, ErrHeld
 	case yield.Bool:
 		return 0, 0, errYield
 	}

@@ -24,7 +24,7 @@ type leaseHold struct {
 // acquireLease tries to take the lease every CheckInterval until it gets it
 // or waitCtx ends. Each try is one statement while the lease is held, and a
 // transaction (openTerm) only when it looks free.
-func (e *Elector) acquireLease(waitCtx, termCtx context.Context) (*Term, error) {
+func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Term, error) {
 	lock, err := e.prepare(waitCtx)
 	if err != nil {
 		return nil, err
@@ -44,8 +44,10 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context) (*Term, error) 
 		case err == nil:
 			t := newTerm(e, h, h.token, sent, termCtx)
 			return t, t.waitLockDelay(waitCtx, delay)
-		case !errors.Is(err, errHeld) && !errors.Is(err, errYield):
+		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return nil, err
+		case try:
+			return nil, ErrHeld
 		}
 		if err := e.heartbeatIfDue(waitCtx, e.db, lock, &h.seen); err != nil {
 			return nil, err
@@ -58,7 +60,7 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context) (*Term, error) 
 	}
 }
 
-// take takes the lease if the election is free, or returns errHeld or
+// take takes the lease if the election is free, or returns ErrHeld or
 // errYield.
 func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 	// A plain read first: while the lease is held, waiters take no row locks.
@@ -70,7 +72,7 @@ func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("election: reading the record: %w", schemaError(h.e.tbl, err))
 	}
 	if held {
-		return 0, errHeld
+		return 0, ErrHeld
 	}
 	tx, err := h.e.db.BeginTx(ctx, nil)
 	if err != nil {

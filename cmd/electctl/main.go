@@ -261,6 +261,7 @@ func ago(d time.Duration) string { return d.Round(time.Millisecond).String() + "
 // recordView is the JSON form of a record.
 type recordView struct {
 	Election     string  `json:"election"`
+	Strategy     string  `json:"strategy"`
 	Leading      bool    `json:"leading"`
 	State        string  `json:"state"`
 	Leader       string  `json:"leader"`
@@ -280,7 +281,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func view(r election.Record) recordView {
 	return recordView{
-		Election: r.Name, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
+		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
 		Token: r.Token, Since: stamp(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
 		ConnID: r.ConnID, LockConnID: r.LockConnID, Demoting: r.DemotedAgo > 0, HandoverTo: r.HandoverTo,
 	}
@@ -318,9 +319,9 @@ func (c *cli) statusAll(ctx context.Context) int {
 				state = "stale"
 			}
 		}
-		rows = append(rows, []string{r.Name, leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
+		rows = append(rows, []string{r.Name, r.Strategy, leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
 	}
-	c.table("ELECTION\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK", rows)
+	c.table("ELECTION\tSTRATEGY\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK", rows)
 	return exitOK
 }
 
@@ -347,8 +348,8 @@ func (c *cli) status(ctx context.Context, name string) int {
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	if r.Leading() {
-		fmt.Fprintf(w, "election:\t%s\nleader:\t%s (host %s, pid %d)\ntoken:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
-			r.Name, r.Identity, r.Host, r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
+		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\t%s (host %s, pid %d)\ntoken:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
+			r.Name, r.Strategy, r.Identity, r.Host, r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
 		if r.DemotedAgo > 0 {
 			fmt.Fprintf(w, "demotion:\trequested %s", ago(r.DemotedAgo))
 			if r.HandoverTo != "" {
@@ -357,8 +358,8 @@ func (c *cli) status(ctx context.Context, name string) int {
 			fmt.Fprintln(w)
 		}
 	} else {
-		fmt.Fprintf(w, "election:\t%s\nleader:\tnone\nlast term:\t%d, %s (host %s), %s\nended:\t%s\nlock:\t%s\n",
-			r.Name, r.Token, r.Identity, r.Host, r.State, stamp(r.Ended), lockState(r))
+		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\tnone\nlast term:\t%d, %s (host %s), %s\nended:\t%s\nlock:\t%s\n",
+			r.Name, r.Strategy, r.Token, r.Identity, r.Host, r.State, stamp(r.Ended), lockState(r))
 	}
 	w.Flush()
 	return code

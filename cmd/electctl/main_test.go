@@ -96,12 +96,13 @@ func TestStatusHistoryCandidates(t *testing.T) {
 	c.waitLeader("reports")
 
 	code, out, _ := c.ctl("status")
-	if code != exitOK || !strings.Contains(out, "ELECTION") || !strings.Contains(out, "billing") || !strings.Contains(out, "reports") || !strings.Contains(out, "(recorded)") {
+	if code != exitOK || !strings.Contains(out, "ELECTION") || !strings.Contains(out, "billing") || !strings.Contains(out, "reports") || !strings.Contains(out, "(recorded)") || !strings.Contains(out, "get_lock") {
 		t.Fatalf("status: %d\n%s", code, out)
 	}
 	code, out, _ = c.ctl("status", "billing", "--json")
 	var rec recordView
-	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil || rec.Leader != leader || !rec.Leading || rec.Token != 1 || rec.LockConnID != rec.ConnID {
+	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil || rec.Leader != leader || !rec.Leading || rec.Token != 1 ||
+		rec.LockConnID != rec.ConnID || rec.Strategy != "get_lock" {
 		t.Fatalf("status --json: %d %v\n%s", code, err, out)
 	}
 	code, _, errOut := c.ctl("status", "nosuch")
