@@ -290,6 +290,8 @@ func view(r election.Record) recordView {
 // lockState says whether the lock is held by the recorded session.
 func lockState(r election.Record) string {
 	switch {
+	case r.Strategy == election.LeaseRow.String():
+		return "not used (lease)"
 	case r.LockConnID == 0:
 		return "free"
 	case r.LockConnID == r.ConnID:
