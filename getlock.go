@@ -13,13 +13,12 @@ import (
 // ownership statements run only here: through the pool, database/sql would
 // retry a dropped session's statement on a fresh session that holds nothing.
 type pinned struct {
-	e      *Elector
-	conn   *sql.Conn
-	id     uint64 // CONNECTION_ID()
-	lock   string
-	token  uint64
-	leased time.Duration // Lease+Margin, written to the record for readers
-	seen   time.Time     // last candidate heartbeat
+	e     *Elector
+	conn  *sql.Conn
+	id    uint64 // CONNECTION_ID()
+	lock  string
+	token uint64
+	seen  time.Time // last candidate heartbeat
 }
 
 // acquireLock pins a session, waits in GET_LOCK and starts a term on it.
@@ -34,34 +33,30 @@ func (e *Elector) acquireLock(waitCtx, termCtx context.Context, try bool) (*Term
 	}
 	for {
 		got, err := s.getLock(waitCtx, try)
-		if err == nil && !got && try {
+		switch {
+		case err == nil && !got && try:
 			err = ErrHeld
-		}
-		if err == nil && !got {
+		case err == nil && !got:
 			if err = s.contend(waitCtx); err == nil {
 				continue
 			}
-		}
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		sent := time.Now()
-		delay, err := s.startTerm(waitCtx)
-		if errors.Is(err, errYield) && try {
-			err = ErrHeld // dropping the session gives the lock back
-		}
-		if errors.Is(err, errYield) {
-			if err = s.yield(waitCtx); err == nil {
-				continue
+		case err == nil:
+			sent := time.Now()
+			var delay time.Duration
+			if delay, err = s.startTerm(waitCtx); err == nil {
+				t := newTerm(e, s, s.token, sent, termCtx)
+				return t, t.waitLockDelay(waitCtx, delay)
+			}
+			if errors.Is(err, errYield) {
+				if try {
+					err = ErrHeld // dropping the session gives the lock back
+				} else if err = s.yield(waitCtx); err == nil {
+					continue
+				}
 			}
 		}
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		t := newTerm(e, s, s.token, sent, termCtx)
-		return t, t.waitLockDelay(waitCtx, delay)
+		s.close()
+		return nil, err
 	}
 }
 
@@ -76,7 +71,7 @@ func (e *Elector) pin(ctx context.Context, lock string) (*pinned, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election: opening a session: %w", err)
 	}
-	s := &pinned{e: e, conn: conn, lock: lock, leased: e.cfg.Lease + e.cfg.Margin}
+	s := &pinned{e: e, conn: conn, lock: lock}
 	w := e.cfg.waitTimeout()
 	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d", w, 2*w, 2*w)
 	if _, err := conn.ExecContext(ctx, setup); err != nil {
