@@ -138,6 +138,10 @@ func chart(w io.Writer, sums []summary, contenders, faults []string) {
 		fmt.Fprintf(w, `<text x="8" y="%d" font-weight="bold">%s</text>`+"\n", y+barH, f)
 		for i, c := range contenders {
 			s, ok := by[c+"/"+f]
+			if ok && s.P50 < 0 && s.NoFail == 0 {
+				fmt.Fprintf(w, `<text x="%d" y="%d" fill="#666">%s: no leader to fault</text>`+"\n", left+4, y+barH-3, c)
+				ok = false
+			}
 			if ok {
 				p50, p95, mark := s.P50, s.P95, ""
 				if s.NoFail > 0 && s.NoFail*2 >= s.Runs {
