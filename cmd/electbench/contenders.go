@@ -131,7 +131,8 @@ func (a *acting) leading() bool { return a.cancel != nil }
 
 func (a *acting) start(ctx context.Context) {
 	a.seq++
-	a.term = fmt.Sprintf("%s#%d", a.c.id, a.seq)
+	// A restarted candidate counts again from 1: the pid keeps terms apart.
+	a.term = fmt.Sprintf("%s#%d.%d", a.c.id, os.Getpid(), a.seq)
 	a.c.emit(event{Ev: "start", Term: a.term})
 	wctx, cancel := context.WithCancel(ctx)
 	a.cancel = cancel
