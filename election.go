@@ -1,11 +1,22 @@
 // Package election elects one leader among many candidates through a MySQL
 // or MariaDB server that the candidates already use.
 //
-// Each candidate pins one session from the caller's *sql.DB and blocks in
-// GET_LOCK. The winner bumps a per-election epoch, which is the term's
-// fencing token, and keeps the session busy with keepalives that confirm it
-// still holds the lock. When the leader's process dies the server frees the
-// lock and the next candidate leads about a millisecond later.
+// With the default strategy, GetLock, each candidate pins one session from
+// the caller's *sql.DB and blocks in GET_LOCK. The winner bumps a
+// per-election epoch, which is the term's fencing token, and keeps the
+// session busy with keepalives that confirm it still holds the lock. When
+// the leader's process dies the server frees the lock and the next candidate
+// leads milliseconds later. The LeaseRow strategy holds the election with a
+// lease in a row instead, for Galera, multi-primary Group Replication and
+// connection-multiplexing proxies, at the price of failing over only after
+// Lease+Margin.
+//
+// Run is the usual entry point: it campaigns, runs the leader's function
+// with a context cancelled when leadership is lost, and campaigns again.
+// Campaign and Term give finer control, Term.Fenced and Fence make writes
+// safe against stale leaders, TryRun runs a scheduled task on one instance
+// only, and Leader, Watch, History, Candidates, Demote and Handover serve
+// operators (see cmd/electctl).
 //
 // # Timing contract
 //
