@@ -11,6 +11,7 @@
 //	electbench                      the full comparison (20 runs per fault)
 //	electbench -quick               every contender and fault once, in about two minutes
 //	electbench chaos -faults 1000   random faults against one contender, then the checker
+//	electbench report -svg c.svg a.json b.json   one table and chart from several runs
 //
 // It starts a private MariaDB/MySQL from PATH, or uses -dsn (whose user must
 // create databases and users; the restart fault then is skipped). Output: a
@@ -49,6 +50,8 @@ func main() {
 		err = candidateMain(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "chaos":
 		err = chaosMain(ctx, os.Args[2:], os.Stdout)
+	case len(os.Args) > 1 && os.Args[1] == "report":
+		err = reportMain(os.Args[2:], os.Stdout)
 	default:
 		err = benchMain(ctx, os.Args[1:], os.Stdout)
 	}
@@ -236,6 +239,56 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// reportMain merges the JSON results of several runs (say, the slow
+// recipe-20s with fewer runs than the others) into one table, chart and
+// JSON file.
+func reportMain(args []string, out *os.File) error {
+	fs := flag.NewFlagSet("electbench report", flag.ContinueOnError)
+	svg := fs.String("svg", "", "write the chart as SVG to this file")
+	jsonOut := fs.String("json", "", "write the merged results as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var all results
+	var contenders, faults []string
+	for _, path := range fs.Args() {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var r results
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		fmt.Fprintf(out, "%s: %s; interval %v, lease %v, margin %v\n", path, r.Server, r.Timing.Interval, r.Timing.Lease, r.Timing.Margin)
+		all.Trials = append(all.Trials, r.Trials...)
+		all.Verdicts = append(all.Verdicts, r.Verdicts...)
+		all.Costs = append(all.Costs, r.Costs...)
+		for _, t := range r.Trials {
+			if !slices.Contains(contenders, t.Contender) {
+				contenders = append(contenders, t.Contender)
+			}
+			if !slices.Contains(faults, t.Fault) {
+				faults = append(faults, t.Fault)
+			}
+		}
+	}
+	all.Summaries = summarize(all.Trials)
+	fmt.Fprintln(out)
+	printTable(out, all.Summaries, all.Verdicts, all.Costs)
+	if *svg != "" {
+		f, err := os.Create(*svg)
+		if err != nil {
+			return err
+		}
+		chart(f, all.Summaries, contenders, faults)
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	return writeJSON(*jsonOut, all)
 }
 
 // measureSteady counts the statements and connections of an idle election
