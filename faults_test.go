@@ -285,3 +285,36 @@ func TestServerRestart(t *testing.T) {
 		}
 	})
 }
+
+// A candidate whose new connection goes into a partition (its handshake is
+// dropped) gives up after Lease+Margin instead of hanging until the
+// server's connect_timeout, so that it soon waits again and can take over.
+func TestCampaignGivesUpOnAHungConnection(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		dbName := server.NewDatabase(t)
+		if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
+			t.Fatal(err)
+		}
+		proxy, err := faultproxy.Start(server.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { proxy.Close() })
+		cfg := server.Config(dbName)
+		cfg.Addr = proxy.Addr()
+		db := openDSN(t, cfg.FormatDSN())
+		e := newElector(t, s, db, "hung", "a")
+		// A first term while the network works: tables and lock name known.
+		resignAll(t, await(t, campaign(ctxFor(t, time.Minute), e), 10*time.Second).term)
+		db.SetMaxIdleConns(0) // every session is new, through the partition
+		proxy.Blackhole()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = e.Campaign(ctx)
+		// Its own deadline, not the server's connect_timeout (which ends the
+		// handshake with an invalid connection) nor the caller's context.
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			t.Fatalf("campaign through a partition: %v (caller's context: %v); want it to give up by itself", err, ctx.Err())
+		}
+	})
+}

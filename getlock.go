@@ -67,6 +67,11 @@ func (e *Elector) acquireLock(waitCtx, termCtx context.Context, try bool) (*Term
 // that a session stuck behind a row or metadata lock frees itself even
 // where hang detection may not kill it.
 func (e *Elector) pin(ctx context.Context, lock string) (*pinned, error) {
+	// A connection whose handshake went into a network partition hangs
+	// until the server's connect_timeout; a candidate stuck there cannot
+	// take over from anyone, so it gives up after Lease+Margin and retries.
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Lease+e.cfg.Margin)
+	defer cancel()
 	conn, err := e.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("election: opening a session: %w", err)

@@ -32,14 +32,25 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Ter
 	var b [8]byte
 	rand.Read(b[:])
 	h := &leaseHold{e: e, lock: lock, id: binary.BigEndian.Uint64(b[:]) >> 1}
-	if err := e.join(waitCtx, e.db, lock, &h.seen); err != nil {
+	// As for a pinned session: a statement stuck in a network partition
+	// gives up after Lease+Margin, so that the candidate soon tries again.
+	bounded := func(f func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(waitCtx, e.cfg.Lease+e.cfg.Margin)
+		defer cancel()
+		return f(ctx)
+	}
+	if err := bounded(func(ctx context.Context) error { return e.join(ctx, e.db, lock, &h.seen) }); err != nil {
 		return nil, err
 	}
 	tick := time.NewTicker(e.cfg.CheckInterval)
 	defer tick.Stop()
 	for {
 		sent := time.Now()
-		delay, err := h.take(waitCtx)
+		var delay time.Duration
+		err := bounded(func(ctx context.Context) (err error) {
+			delay, err = h.take(ctx)
+			return err
+		})
 		switch {
 		case err == nil:
 			t := newTerm(e, h, h.token, sent, termCtx)
@@ -49,7 +60,7 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Ter
 		case try:
 			return nil, ErrHeld
 		}
-		if err := e.heartbeatIfDue(waitCtx, e.db, lock, &h.seen); err != nil {
+		if err := bounded(func(ctx context.Context) error { return e.heartbeatIfDue(ctx, e.db, lock, &h.seen) }); err != nil {
 			return nil, err
 		}
 		select {
