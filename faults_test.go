@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -315,6 +316,56 @@ func TestCampaignGivesUpOnAHungConnection(t *testing.T) {
 		// handshake with an invalid connection) nor the caller's context.
 		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			t.Fatalf("campaign through a partition: %v (caller's context: %v); want it to give up by itself", err, ctx.Err())
+		}
+	})
+}
+
+// A leader that stops in the middle of a fenced transaction (paused, or cut
+// off) holds the shared lock on the epoch row that the next term must bump.
+// The transaction's session has the short wait_timeout, so the server ends
+// it and the next candidate leads; the stuck write never commits.
+func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		createWrites(t, db)
+		admin := server.Open(t, "")
+		ctx := ctxFor(t, time.Minute)
+		a := newElector(t, s, db, "stuck-tx", "a")
+		b := newElector(t, s, server.Open(t, dbNameOf(t, db)), "stuck-tx", "b")
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		inside, hold := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- ta.Fenced(ctx, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'stuck')", ta.Token()); err != nil {
+					return err
+				}
+				close(inside)
+				<-hold // the leader stops here, its transaction open
+				return nil
+			})
+		}()
+		<-inside
+		t.Cleanup(func() { close(hold); <-done })
+		// The leader loses the election: its session is killed (GetLock) or
+		// its record is taken over once its lease lapses (LeaseRow).
+		if s == election.GetLock {
+			rec, err := a.Leader(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin.Exec("KILL CONNECTION ?", rec.ConnID)
+		} else {
+			ta.Resign(ctx)
+		}
+		tb := await(t, campaign(ctx, b), 30*time.Second).term
+		if tb.Token() <= ta.Token() {
+			t.Fatalf("token %d after %d", tb.Token(), ta.Token())
+		}
+		var stuck int
+		db.QueryRow("SELECT COUNT(*) FROM writes WHERE holder = 'stuck'").Scan(&stuck)
+		if stuck != 0 {
+			t.Fatal("the stuck leader's write committed")
 		}
 	})
 }

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"sync"
 )
@@ -40,8 +41,11 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // If fn returns an error the transaction is rolled back and the error is
 // returned.
 //
-// The transaction runs on the pool, not on the pinned session, so a long
-// one does not delay keepalives; it does delay the next term's start.
+// The transaction runs on a session of the pool, not on the pinned one, so
+// a long one does not delay keepalives; it does delay the next term's
+// start. Its session has the candidates' wait_timeout (Lease+Margin) while
+// it runs, so that a leader that stops inside it cannot block the election:
+// fn must not leave the transaction idle for that long.
 func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
@@ -50,7 +54,28 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	tx, err := t.e.db.BeginTx(ctx, nil)
+	// The transaction holds a shared lock on the epoch row that the next
+	// term must bump. If this leader stops in the middle of it (paused, cut
+	// off), only the server can end it: its session gets the candidates'
+	// short wait_timeout, which it keeps until the transaction is over.
+	conn, err := t.e.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("election: fenced transaction: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", t.e.cfg.waitTimeout())); err != nil {
+		return fmt.Errorf("election: fenced transaction: %w", err)
+	}
+	defer func() {
+		// Back to the pool with the server's default; a session that cannot
+		// be reset is dropped instead.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.e.cfg.Interval)
+		defer cancel()
+		if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: %w", err)
 	}
