@@ -43,18 +43,9 @@ func TestOneLeaderAmongProcesses(t *testing.T) {
 
 func TestLeaderProcessKilled(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
-		db, dsn := newDB(t)
-		createWrites(t, db)
-		g := newGroup(t, s, dsn, "sigkill")
-		g.spawn(3)
-		first := g.next(is("start"), 30*time.Second)
-		g.next(isFrom("write", first.ID), 10*time.Second)
+		db, g, first := leadingGroup(t, s, "sigkill", 3)
 		g.signal(first.ID, syscall.SIGKILL)
-		second := g.next(is("start"), 10*time.Second)
-		if second.ID == first.ID || second.Token <= first.Token {
-			t.Fatalf("after SIGKILL of %s (token %d): %s leads with token %d", first.ID, first.Token, second.ID, second.Token)
-		}
-		g.next(isFrom("write", second.ID), 10*time.Second)
+		g.nextLeader(first, 10*time.Second)
 		checkWrites(t, db)
 	})
 }
@@ -63,18 +54,9 @@ func TestLeaderProcessKilled(t *testing.T) {
 // and when it resumes it knows it no longer leads; its writes are refused.
 func TestLeaderProcessStopped(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
-		db, dsn := newDB(t)
-		createWrites(t, db)
-		g := newGroup(t, s, dsn, "sigstop")
-		g.spawn(2)
-		first := g.next(is("start"), 30*time.Second)
-		g.next(isFrom("write", first.ID), 10*time.Second)
+		db, g, first := leadingGroup(t, s, "sigstop", 2)
 		g.signal(first.ID, syscall.SIGSTOP)
-		second := g.next(is("start"), 30*time.Second)
-		if second.ID == first.ID || second.Token <= first.Token {
-			t.Fatalf("after SIGSTOP of %s (token %d): %s leads with token %d", first.ID, first.Token, second.ID, second.Token)
-		}
-		g.next(isFrom("write", second.ID), 10*time.Second)
+		second := g.nextLeader(first, 30*time.Second)
 		g.signal(first.ID, syscall.SIGCONT)
 		end := g.next(isFrom("end", first.ID), 10*time.Second)
 		if !hasPrefix(end.Reason, election.ErrLeaseExpired, election.ErrSessionLost, election.ErrLockLost) {
@@ -85,6 +67,31 @@ func TestLeaderProcessStopped(t *testing.T) {
 		g.next(isFrom("write", second.ID), 10*time.Second)
 		checkWrites(t, db)
 	})
+}
+
+// leadingGroup starts n candidate processes that make fenced writes, and
+// returns once one of them leads and has written.
+func leadingGroup(t *testing.T, s election.Strategy, name string, n int) (*sql.DB, *group, event) {
+	t.Helper()
+	db, dsn := newDB(t)
+	createWrites(t, db)
+	g := newGroup(t, s, dsn, name)
+	g.spawn(n)
+	first := g.next(is("start"), 30*time.Second)
+	g.next(isFrom("write", first.ID), 10*time.Second)
+	return db, g, first
+}
+
+// nextLeader waits until another process than old's leads, with a higher
+// token, and has written.
+func (g *group) nextLeader(old event, limit time.Duration) event {
+	g.t.Helper()
+	next := g.next(is("start"), limit)
+	if next.ID == old.ID || next.Token <= old.Token {
+		g.t.Fatalf("after the fault on %s (token %d): %s leads with token %d", old.ID, old.Token, next.ID, next.Token)
+	}
+	g.next(isFrom("write", next.ID), 10*time.Second)
+	return next
 }
 
 func hasPrefix(s string, errs ...error) bool {
