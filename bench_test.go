@@ -72,21 +72,14 @@ func BenchmarkFailover(b *testing.B) {
 // benchInProcess has two in-process candidates, the first one leading
 // (through a fault proxy when viaProxy is set); prepare returns the fault,
 // which is timed until the second one leads.
-func benchInProcess(b *testing.B, s election.Strategy, viaProxy bool, prepare func(*election.Term, *election.Elector, *faultproxy.Proxy) func()) {
+func benchInProcess(b *testing.B, s election.Strategy, proxied bool, prepare func(*election.Term, *election.Elector, *faultproxy.Proxy) func()) {
 	var took, knew []time.Duration
 	for range b.N {
 		dbName := server.NewDatabase(b)
 		leaderDB := server.Open(b, dbName)
 		var proxy *faultproxy.Proxy
-		if viaProxy {
-			p, err := faultproxy.Start(server.Addr())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
-			cfg := server.Config(dbName)
-			cfg.Addr = p.Addr()
-			leaderDB, proxy = openDSN(b, cfg.FormatDSN()), p
+		if proxied {
+			leaderDB, proxy = viaProxy(b, dbName)
 		}
 		ctx := ctxFor(b, time.Minute)
 		a := newElector(b, s, leaderDB, "bench", "a")

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
-	"github.com/sqlelect/election/internal/faultproxy"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -108,17 +107,10 @@ func hasPrefix(s string, errs ...error) bool {
 func TestBlackholeEndsTermBeforeNextStarts(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
 		dbName := server.NewDatabase(t)
-		proxy, err := faultproxy.Start(server.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { proxy.Close() })
-		cfg := server.Config(dbName)
-		cfg.Addr = proxy.Addr()
-		viaProxy := openDSN(t, cfg.FormatDSN())
+		proxied, proxy := viaProxy(t, dbName)
 		direct := server.Open(t, dbName)
 		ctx := ctxFor(t, time.Minute)
-		a := newElector(t, s, viaProxy, "blackhole", "a")
+		a := newElector(t, s, proxied, "blackhole", "a")
 		b := newElector(t, s, direct, "blackhole", "b")
 		ta := await(t, campaign(ctx, a), 10*time.Second).term
 		rb := campaign(ctx, b)
@@ -144,15 +136,9 @@ func TestBlackholeEndsTermBeforeNextStarts(t *testing.T) {
 func TestConnectionReset(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
 		dbName := server.NewDatabase(t)
-		proxy, err := faultproxy.Start(server.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { proxy.Close() })
-		cfg := server.Config(dbName)
-		cfg.Addr = proxy.Addr()
+		proxied, proxy := viaProxy(t, dbName)
 		ctx := ctxFor(t, time.Minute)
-		a := newElector(t, s, openDSN(t, cfg.FormatDSN()), "reset", "a")
+		a := newElector(t, s, proxied, "reset", "a")
 		b := newElector(t, s, server.Open(t, dbName), "reset", "b")
 		ta := await(t, campaign(ctx, a), 10*time.Second).term
 		rb := campaign(ctx, b)
@@ -303,14 +289,7 @@ func TestCampaignGivesUpOnAHungConnection(t *testing.T) {
 		if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
 			t.Fatal(err)
 		}
-		proxy, err := faultproxy.Start(server.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { proxy.Close() })
-		cfg := server.Config(dbName)
-		cfg.Addr = proxy.Addr()
-		db := openDSN(t, cfg.FormatDSN())
+		db, proxy := viaProxy(t, dbName)
 		e := newElector(t, s, db, "hung", "a")
 		// A first term while the network works: tables and lock name known.
 		resignAll(t, await(t, campaign(ctxFor(t, time.Minute), e), 10*time.Second).term)
@@ -318,7 +297,7 @@ func TestCampaignGivesUpOnAHungConnection(t *testing.T) {
 		proxy.Blackhole()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err = e.Campaign(ctx)
+		_, err := e.Campaign(ctx)
 		// Its own deadline, not the server's connect_timeout (which ends the
 		// handshake with an invalid connection) nor the caller's context.
 		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {

@@ -20,6 +20,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/faultproxy"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -71,6 +72,20 @@ func forEachStrategy(t *testing.T, run func(t *testing.T, s election.Strategy)) 
 			run(t, s)
 		})
 	}
+}
+
+// viaProxy returns a pool on database dbName whose connections go through
+// a fault proxy of their own, closed when the test ends.
+func viaProxy(t testing.TB, dbName string) (*sql.DB, *faultproxy.Proxy) {
+	t.Helper()
+	proxy, err := faultproxy.Start(server.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	cfg := server.Config(dbName)
+	cfg.Addr = proxy.Addr()
+	return openDSN(t, cfg.FormatDSN()), proxy
 }
 
 func newElector(t testing.TB, s election.Strategy, db *sql.DB, name, id string) *election.Elector {
