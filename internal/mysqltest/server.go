@@ -32,6 +32,7 @@ type Server struct {
 
 	// Set only for a private server, which the harness may stop and restart.
 	bin, datadir string
+	tmpdir       string // its own: a starting server deletes every #sql* file in its tmpdir
 	port         int
 	mu           sync.Mutex
 	cmd          *exec.Cmd
@@ -116,7 +117,11 @@ func StartPrivate(ctx context.Context, bin string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, datadir: filepath.Join(dir, "data")}
+	s := &Server{bin: bin, datadir: filepath.Join(dir, "data"), tmpdir: filepath.Join(dir, "tmp")}
+	if err := os.Mkdir(s.tmpdir, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	if err := s.initialize(ctx); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -154,11 +159,11 @@ func (s *Server) initialize(ctx context.Context) error {
 		if install == "" {
 			return fmt.Errorf("mysqltest: found %s but not mariadb-install-db to initialize a datadir: install the mariadb-server package", s.bin)
 		}
-		cmd = exec.CommandContext(ctx, install, "--no-defaults", "--datadir="+s.datadir,
+		cmd = exec.CommandContext(ctx, install, "--no-defaults", "--datadir="+s.datadir, "--tmpdir="+s.tmpdir,
 			"--auth-root-authentication-method=normal", "--skip-test-db", "--user="+currentUser())
 	} else {
 		cmd = exec.CommandContext(ctx, s.bin, "--no-defaults", "--initialize-insecure",
-			"--datadir="+s.datadir, "--user="+currentUser())
+			"--datadir="+s.datadir, "--tmpdir="+s.tmpdir, "--user="+currentUser())
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("mysqltest: initializing a datadir with %s: %w\n%s", cmd.Path, err, out)
@@ -198,6 +203,7 @@ func (s *Server) Boot(ctx context.Context) error {
 	}
 	cmd := exec.Command(s.bin, "--no-defaults",
 		"--datadir="+s.datadir,
+		"--tmpdir="+s.tmpdir,
 		"--port="+strconv.Itoa(s.port),
 		"--bind-address=127.0.0.1",
 		"--socket="+filepath.Join(s.datadir, "mysqld.sock"),
