@@ -459,7 +459,8 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 }
 
 // Run campaigns, runs fn while this candidate leads, and campaigns again
-// when a term is lost, with backoff after failures, until ctx ends.
+// when a term is lost (at once, or after a pause when it was demoted), with
+// backoff after failed campaigns, until ctx ends.
 //
 // fn's context is cancelled when the term ends or ctx ends; fn must stop
 // acting then and return. Only after fn has returned does Run release the
@@ -514,11 +515,15 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		case lost == nil:
 			return fnErr
 		}
-		if time.Since(t.start) > e.cfg.Lease {
-			b.Reset()
-		}
-		if err := wait(); err != nil {
-			return err
+		// A candidate that lost its term joins the queue again at once: it
+		// waits behind the others, and when every candidate has just lost one
+		// (faults in a row), waiting would leave nobody to take over. A
+		// demoted one steps aside for a backoff, so that another leads.
+		b.Reset()
+		if errors.Is(lost, ErrDemoted) {
+			if err := wait(); err != nil {
+				return err
+			}
 		}
 	}
 }
