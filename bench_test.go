@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"database/sql"
 	"slices"
 	"syscall"
 	"testing"
@@ -154,6 +155,65 @@ func BenchmarkSteadyState(b *testing.B) {
 				b.ReportMetric((questions()-before-2)/5, "queries/s")
 			}
 			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkFenced measures what fencing adds to a transaction of one INSERT:
+// time per transaction and statements sent to the server (its Questions
+// counter, which also counts the leader's keepalives: a few per second),
+// unfenced against Term.Fenced. Run it as
+//
+//	go test -run '^$' -bench Fenced
+func BenchmarkFenced(b *testing.B) {
+	db, _ := newDB(b)
+	createWrites(b, db)
+	admin := server.Open(b, "")
+	ctx := context.Background()
+	term, err := newElector(b, election.GetLock, db, "fenced-bench", "a").Campaign(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer term.Resign(ctx)
+	insert := func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'a')", term.Token())
+		return err
+	}
+	questions := func() float64 {
+		var name string
+		var n float64
+		if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name string
+		run  func() error
+	}{
+		{"unfenced", func() error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := insert(tx); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}},
+		{"fenced", func() error { return term.Fenced(ctx, insert) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			before := questions()
+			b.ResetTimer()
+			for range b.N {
+				if err := c.run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((questions()-before-1)/float64(b.N), "statements/op")
 		})
 	}
 }

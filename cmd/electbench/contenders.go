@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sqlelect/election"
@@ -26,7 +29,7 @@ var allContenders = []string{libGetLock, libLease, recipe20, recipeSame, plainGe
 
 // event is one line a candidate process prints.
 type event struct {
-	Ev     string `json:"ev"` // start, end, write
+	Ev     string `json:"ev"` // ready (obeys sigQuiet), start, end, write
 	ID     string `json:"id"`
 	Term   string `json:"term"`
 	Token  uint64 `json:"token,omitempty"`
@@ -50,6 +53,31 @@ type candidate struct {
 	mu     sync.Mutex
 	out    *json.Encoder
 	writes sync.WaitGroup
+	quiet  atomic.Bool // no writes, so that the election's own cost can be measured
+}
+
+// Signals that pause and resume a candidate's writes.
+const (
+	sigQuiet  = syscall.SIGUSR1
+	sigResume = syscall.SIGUSR2
+)
+
+// obeyQuiet pauses and resumes the writes on sigQuiet and sigResume until
+// ctx ends.
+func (c *candidate) obeyQuiet(ctx context.Context) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigQuiet, sigResume)
+	go func() {
+		defer signal.Stop(ch)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case s := <-ch:
+				c.quiet.Store(s == sigQuiet)
+			}
+		}
+	}()
 }
 
 func (c *candidate) emit(e event) {
@@ -66,6 +94,8 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) err
 	}
 	defer db.Close()
 	c := &candidate{id: id, db: db, tm: tm, out: json.NewEncoder(os.Stdout)}
+	c.obeyQuiet(ctx)
+	c.emit(event{Ev: "ready"})
 	switch contender {
 	case libGetLock, libLease:
 		return c.library(ctx, contender)
@@ -103,9 +133,11 @@ func (c *candidate) library(ctx context.Context, contender string) error {
 		term := fmt.Sprint(t.Token())
 		c.emit(event{Ev: "start", Term: term, Token: t.Token()})
 		for ctx.Err() == nil {
-			err := t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token()) })
-			if err == nil || ctx.Err() == nil {
-				c.emit(event{Ev: "write", Term: term, OK: err == nil})
+			if !c.quiet.Load() {
+				err := t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token()) })
+				if err == nil || ctx.Err() == nil {
+					c.emit(event{Ev: "write", Term: term, OK: err == nil})
+				}
 			}
 			sleep(ctx, c.tm.WriteEvery)
 		}
@@ -140,20 +172,29 @@ func (a *acting) start(ctx context.Context) {
 	go func(term string) {
 		defer a.c.writes.Done()
 		for wctx.Err() == nil {
-			tx, err := a.c.db.BeginTx(wctx, nil)
-			if err == nil {
-				if err = write(wctx, tx, a.c.id, term, 0); err == nil {
-					err = tx.Commit()
-				} else {
-					tx.Rollback()
+			if !a.c.quiet.Load() {
+				err := a.c.unfencedWrite(wctx, term)
+				if err == nil || wctx.Err() == nil {
+					a.c.emit(event{Ev: "write", Term: term, OK: err == nil})
 				}
-			}
-			if err == nil || wctx.Err() == nil {
-				a.c.emit(event{Ev: "write", Term: term, OK: err == nil})
 			}
 			sleep(wctx, a.c.tm.WriteEvery)
 		}
 	}(a.term)
+}
+
+// unfencedWrite is one write of a hand-rolled leader, in a transaction of
+// its own.
+func (c *candidate) unfencedWrite(ctx context.Context, term string) error {
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := write(ctx, tx, c.id, term, 0); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 func (a *acting) stop(reason string) {

@@ -151,6 +151,24 @@ func (a *arena) proc(id string) *proc {
 	return a.procs[id]
 }
 
+// all returns the candidate processes.
+func (a *arena) all() []*proc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	procs := make([]*proc, 0, len(a.procs))
+	for _, p := range a.procs {
+		procs = append(procs, p)
+	}
+	return procs
+}
+
+// signalAll sends sig to every candidate process.
+func (a *arena) signalAll(sig syscall.Signal) {
+	for _, p := range a.all() {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
 // next returns the first event, pending or arriving within limit, for which
 // match is true; others stay pending.
 func (a *arena) next(match func(event) bool, limit time.Duration) (event, bool) {
@@ -232,6 +250,29 @@ type trial struct {
 	NoLeader  bool    `json:"no_leader_before"` // nobody led within the limit before the fault
 }
 
+// ready waits until every candidate process has said it is ready (before
+// that, the signals of signalAll would end it).
+func (a *arena) ready(limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	want := len(a.all())
+	for {
+		a.drain()
+		seen := map[string]bool{}
+		for _, e := range a.log {
+			if e.Ev == "ready" {
+				seen[e.ID] = true
+			}
+		}
+		if len(seen) >= want {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		a.next(func(event) bool { return false }, 50*time.Millisecond)
+	}
+}
+
 // inject applies fault to the current leader, waits for the next acting
 // leader, heals, and returns the trial.
 func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (trial, error) {
@@ -305,12 +346,7 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 
 // stopAll ends every candidate gracefully, then for sure.
 func (a *arena) stopAll() {
-	a.mu.Lock()
-	procs := make([]*proc, 0, len(a.procs))
-	for _, p := range a.procs {
-		procs = append(procs, p)
-	}
-	a.mu.Unlock()
+	procs := a.all()
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGCONT)
 		p.cmd.Process.Signal(syscall.SIGTERM)
