@@ -112,7 +112,13 @@ func (h *leaseHold) renew(ctx context.Context) error {
 		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 1 {
-		return h.e.heartbeatIfDue(ctx, h.e.db, h.lock, &h.seen)
+		// The lease is renewed; the candidate row is only for listing and
+		// hand-over checks. Its failure (a reset connection) must not end
+		// the term: it stays due and is retried at the next renewal.
+		if err := h.e.heartbeatIfDue(ctx, h.e.db, h.lock, &h.seen); err != nil {
+			h.e.log.Warn("candidate heartbeat failed; retrying at the next renewal", "err", err)
+		}
+		return nil
 	}
 	var handTo sql.NullString
 	err = h.e.db.QueryRowContext(ctx, "SELECT handover_to FROM `"+h.e.tbl.record+"` "+
