@@ -32,10 +32,13 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Ter
 	var b [8]byte
 	rand.Read(b[:])
 	h := &leaseHold{e: e, lock: lock, id: binary.BigEndian.Uint64(b[:]) >> 1}
-	// As for a pinned session: a statement stuck in a network partition
-	// gives up after Lease+Margin, so that the candidate soon tries again.
+	// As for a pinned session, whose lock waits end after 2W: a try stuck
+	// in a network partition gives up, so that the candidate soon tries
+	// again, yet one blocked behind the epoch row of a leader stopped inside
+	// a fenced transaction outlasts it (the server ends that one after W).
+	limit := 2 * time.Duration(e.cfg.waitTimeout()) * time.Second
 	bounded := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(waitCtx, e.cfg.Lease+e.cfg.Margin)
+		ctx, cancel := context.WithTimeout(waitCtx, limit)
 		defer cancel()
 		return f(ctx)
 	}
