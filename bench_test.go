@@ -140,19 +140,11 @@ func BenchmarkSteadyState(b *testing.B) {
 			}
 			defer func() { cancel(); <-done; <-done; <-done }()
 			time.Sleep(3 * time.Second) // everyone campaigning
-			questions := func() float64 {
-				var name string
-				var n float64
-				if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
-					b.Fatal(err)
-				}
-				return n
-			}
 			for range b.N {
-				before := questions()
+				before := questions(b, admin)
 				time.Sleep(5 * time.Second)
 				// Two statements are the measurement's own.
-				b.ReportMetric((questions()-before-2)/5, "queries/s")
+				b.ReportMetric((questions(b, admin)-before-2)/5, "queries/s")
 			}
 			b.ReportMetric(0, "ns/op")
 		})
@@ -179,14 +171,6 @@ func BenchmarkFenced(b *testing.B) {
 		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'a')", term.Token())
 		return err
 	}
-	questions := func() float64 {
-		var name string
-		var n float64
-		if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
 	for _, c := range []struct {
 		name string
 		run  func() error
@@ -205,7 +189,7 @@ func BenchmarkFenced(b *testing.B) {
 		{"fenced", func() error { return term.Fenced(ctx, insert) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			before := questions()
+			before := questions(b, admin)
 			b.ResetTimer()
 			for range b.N {
 				if err := c.run(); err != nil {
@@ -213,7 +197,17 @@ func BenchmarkFenced(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric((questions()-before-1)/float64(b.N), "statements/op")
+			b.ReportMetric((questions(b, admin)-before-1)/float64(b.N), "statements/op")
 		})
 	}
+}
+
+// questions reads the server's count of statements received.
+func questions(b *testing.B, admin *sql.DB) float64 {
+	var name string
+	var n float64
+	if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
