@@ -515,11 +515,10 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		case lost == nil:
 			return fnErr
 		}
-		// A candidate that lost its term campaigns again at once (under
-		// GetLock it queues behind the waiters): when every candidate has
-		// just lost a term (faults in a row), a pause here would leave nobody
-		// to take over. A demoted one steps aside for a backoff, so that
-		// another leads.
+		// A candidate that lost its term campaigns again at once: when every
+		// candidate has just lost a term (faults in a row), a pause here
+		// would leave nobody to take over. A demoted one steps aside for a
+		// backoff, so that another leads.
 		b.Reset()
 		if errors.Is(lost, ErrDemoted) {
 			if err := wait(); err != nil {
