@@ -1,42 +1,25 @@
 package main
 
 import (
-	"database/sql"
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sqlelect/election"
-	"github.com/sqlelect/election/examples/internal/exampledb"
 	"github.com/sqlelect/election/examples/internal/exampletest"
-	"github.com/sqlelect/election/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("CRON_MAIN") != "" { // an instance that TestCron started
-		main()
-		os.Exit(0)
-	}
-	os.Exit(leakcheck.Run(m))
-}
+// With CRON_MAIN set, the binary is an instance that TestCron started.
+func TestMain(m *testing.M) { exampletest.Main(m, "CRON_MAIN", main) }
 
 // Three instances; the leader is SIGKILLed once. The job must run before
 // and after the kill, and never under two leaders at once: in the order
 // runs were recorded, tokens never go down.
 func TestCron(t *testing.T) {
 	ctx := t.Context()
-	dsn, cleanup, err := exampledb.Open(ctx, "cron")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	dsn := exampletest.Database(t, "cron")
+	db := exampletest.Open(t, dsn)
 	// A database from $ELECTION_DSN may hold the runs of an earlier test.
 	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS cron_runs"); err != nil {
 		t.Fatal(err)

@@ -11,28 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqlelect/election/examples/internal/exampledb"
-	"github.com/sqlelect/election/internal/leakcheck"
+	"github.com/sqlelect/election/examples/internal/exampletest"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("FENCEDSTORE_MAIN") != "" { // a process that TestStaleLeader started
-		main()
-		os.Exit(0)
-	}
-	os.Exit(leakcheck.Run(m))
-}
+// With FENCEDSTORE_MAIN set, the binary is a process that TestStaleLeader started.
+func TestMain(m *testing.M) { exampletest.Main(m, "FENCEDSTORE_MAIN", main) }
 
 // The classic stale leader: the leading client is paused (SIGSTOP) until
 // the other one leads and has written, then resumed. Its next write carries
 // its old token; the store must refuse it with 409, and must never admit a
 // lower token after a higher one.
 func TestStaleLeader(t *testing.T) {
-	dsn, cleanup, err := exampledb.Open(t.Context(), "fencedstore")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
+	dsn := exampletest.Database(t, "fencedstore")
 	server := start(t, dsn, "store", "-addr", "127.0.0.1:0")
 	url := strings.TrimPrefix(server.waitLine(t, 0, "store listening on "), "store listening on ")
 	clients := map[string]*proc{}

@@ -2,25 +2,17 @@ package main
 
 import (
 	"database/sql"
-	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sqlelect/election"
-	"github.com/sqlelect/election/examples/internal/exampledb"
 	"github.com/sqlelect/election/examples/internal/exampletest"
-	"github.com/sqlelect/election/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("QUEUE_MAIN") != "" { // a consumer that TestQueue started
-		main()
-		os.Exit(0)
-	}
-	os.Exit(leakcheck.Run(m))
-}
+// With QUEUE_MAIN set, the binary is a consumer that TestQueue started.
+func TestMain(m *testing.M) { exampletest.Main(m, "QUEUE_MAIN", main) }
 
 // Three consumers work off 200 jobs; the leader is SIGKILLed midway. Every
 // job must be done exactly once: marked done, with one row in the log,
@@ -28,16 +20,8 @@ func TestMain(m *testing.M) {
 func TestQueue(t *testing.T) {
 	const jobs = 200
 	ctx := t.Context()
-	dsn, cleanup, err := exampledb.Open(ctx, "queue")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	dsn := exampletest.Database(t, "queue")
+	db := exampletest.Open(t, dsn)
 	// A database from $ELECTION_DSN may hold the jobs of an earlier test.
 	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS jobs, job_log"); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,10 @@
-// Package exampletest holds what the examples' tests share: starting an
-// example as a child process and waiting for a leader.
+// Package exampletest holds what the examples' tests share: a test main
+// that doubles as the example, a database, starting an example as a child
+// process, and waiting for a leader.
 package exampletest
 
 import (
+	"database/sql"
 	"os"
 	"os/exec"
 	"syscall"
@@ -10,7 +12,43 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/examples/internal/exampledb"
+	"github.com/sqlelect/election/internal/leakcheck"
 )
+
+// Main is a TestMain body: with env set (by Start) the test binary is the
+// example and runs main; otherwise it runs the tests, failing if a goroutine
+// outlives them.
+func Main(m *testing.M, env string, main func()) {
+	if os.Getenv(env) != "" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(leakcheck.Run(m))
+}
+
+// Database returns the DSN of a database for the example name, removed when
+// the test ends (see exampledb.Open).
+func Database(t *testing.T, name string) (dsn string) {
+	t.Helper()
+	dsn, cleanup, err := exampledb.Open(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	return dsn
+}
+
+// Open returns a pool on dsn, closed when the test ends.
+func Open(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
 
 // Start re-runs the test binary with env set (its TestMain then runs the
 // example's main) and args, against dsn; the child is killed when the test
