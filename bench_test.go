@@ -24,15 +24,15 @@ import (
 func BenchmarkFailover(b *testing.B) {
 	for _, s := range strategies {
 		b.Run(s.String()+"/resign", func(b *testing.B) {
-			benchInProcess(b, s, false, func(old *election.Term, _ *election.Elector, _ *faultproxy.Proxy) func() {
+			benchInProcess(b, s, false, func(old *election.Term, _ *election.Operator, _ *faultproxy.Proxy) func() {
 				return func() { old.Resign(context.Background()) }
 			})
 		})
 		if s == election.GetLock { // a lease holds no session to kill
 			b.Run(s.String()+"/kill-connection", func(b *testing.B) {
 				admin := server.Open(b, "")
-				benchInProcess(b, s, false, func(_ *election.Term, e *election.Elector, _ *faultproxy.Proxy) func() {
-					rec, err := e.Leader(context.Background())
+				benchInProcess(b, s, false, func(_ *election.Term, ops *election.Operator, _ *faultproxy.Proxy) func() {
+					rec, err := ops.Leader(context.Background())
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -45,7 +45,7 @@ func BenchmarkFailover(b *testing.B) {
 			})
 		}
 		b.Run(s.String()+"/blackhole", func(b *testing.B) {
-			benchInProcess(b, s, true, func(_ *election.Term, _ *election.Elector, p *faultproxy.Proxy) func() {
+			benchInProcess(b, s, true, func(_ *election.Term, _ *election.Operator, p *faultproxy.Proxy) func() {
 				return p.Blackhole
 			})
 		})
@@ -73,7 +73,7 @@ func BenchmarkFailover(b *testing.B) {
 // benchInProcess has two in-process candidates, the first one leading
 // (through a fault proxy when viaProxy is set); prepare returns the fault,
 // which is timed until the second one leads.
-func benchInProcess(b *testing.B, s election.Strategy, proxied bool, prepare func(*election.Term, *election.Elector, *faultproxy.Proxy) func()) {
+func benchInProcess(b *testing.B, s election.Strategy, proxied bool, prepare func(*election.Term, *election.Operator, *faultproxy.Proxy) func()) {
 	var took, knew []time.Duration
 	for range b.N {
 		dbName := server.NewDatabase(b)
@@ -88,7 +88,7 @@ func benchInProcess(b *testing.B, s election.Strategy, proxied bool, prepare fun
 		old := await(b, campaign(ctx, a), 10*time.Second).term
 		rb := campaign(ctx, next)
 		time.Sleep(50 * time.Millisecond) // b blocks in GET_LOCK
-		fault := prepare(old, a, proxy)
+		fault := prepare(old, newOperator(b, leaderDB, "bench"), proxy)
 		ended := make(chan time.Time, 1)
 		go func() { <-old.Done(); ended <- time.Now() }()
 		start := time.Now()

@@ -134,7 +134,7 @@ func TestResignHandsOver(t *testing.T) {
 		if tb.Token() <= ta.Token() {
 			t.Fatalf("token %d after %d", tb.Token(), ta.Token())
 		}
-		rec, err := b.Leader(ctx)
+		rec, err := newOperator(t, db, "resign").Leader(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestCancelledContextResigns(t *testing.T) {
 			t.Fatalf("term ended with %v, want context.Canceled", ta.Err())
 		}
 		ta.Resign(ctxFor(t, 10*time.Second)) // waits until released
-		rec, err := a.Leader(ctxFor(t, 10*time.Second))
+		rec, err := newOperator(t, db, "cancel").Leader(ctxFor(t, 10*time.Second))
 		if !errors.Is(err, election.ErrNoLeader) || rec.State != "resigned" || rec.LockConnID != 0 {
 			t.Fatalf("after cancel: %v, %+v; want a resigned record and a free lock", err, rec)
 		}
@@ -276,7 +276,7 @@ func TestPoolHoldsNoLockAfterTerms(t *testing.T) {
 		if i%2 == 0 {
 			resignAll(t, term)
 		} else {
-			rec, err := e.Leader(ctx)
+			rec, err := newOperator(t, db, "pool").Leader(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -327,7 +327,7 @@ func TestLeaderRecord(t *testing.T) {
 		ctx := ctxFor(t, time.Minute)
 		name := strings.Repeat("a long election name, ünïcödé, ", 40)
 		a := newElector(t, s, db, name, "a")
-		observer := newElector(t, s, db, name, "observer")
+		observer := newOperator(t, db, name)
 		if _, err := observer.Leader(ctx); !errors.Is(err, election.ErrSchema) && !errors.Is(err, election.ErrNoLeader) {
 			t.Fatalf("before any term: %v", err)
 		}
@@ -350,7 +350,7 @@ func TestLeaderRecord(t *testing.T) {
 		}
 		// Names that differ only in case or length are separate elections.
 		for _, other := range []string{strings.ToUpper(name), name + "x", name[:len(name)-1]} {
-			if _, err := newElector(t, s, db, other, "o").Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
+			if _, err := newOperator(t, db, other).Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
 				t.Fatalf("election %q shares the leader of %q: %v", other[:20], name[:20], err)
 			}
 		}

@@ -119,7 +119,7 @@ func ExampleFence() {
 	// true election: stale fencing token 7 for "invoices": 8 has been seen
 }
 
-func ExampleElector_Leader() {
+func ExampleOperator_Leader() {
 	db := exampleDB()
 	defer db.Close()
 	leader, _ := election.New(db, "reports", election.Config{Identity: "host-a"})
@@ -131,7 +131,7 @@ func ExampleElector_Leader() {
 	defer term.Resign(ctx)
 
 	// Anyone with SELECT on the tables can ask, without campaigning.
-	observer, _ := election.New(db, "reports", election.Config{})
+	observer, _ := election.NewOperator(db, "reports", election.Config{})
 	rec, err := observer.Leader(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -179,12 +179,12 @@ func ExampleElector_TryRun() {
 	// host-a: <nil>
 }
 
-func ExampleElector_Watch() {
+func ExampleOperator_Watch() {
 	db := exampleDB()
 	defer db.Close()
 	election.CreateSchema(context.Background(), db, "")
 	cfg := election.Config{Interval: 100 * time.Millisecond, Lease: time.Second}
-	observer, _ := election.New(db, "scheduler", cfg)
+	observer, _ := election.NewOperator(db, "scheduler", cfg)
 	ctx, stop := context.WithCancel(context.Background())
 	events := observer.Watch(ctx) // closed when ctx ends
 
@@ -206,7 +206,7 @@ func ExampleElector_Watch() {
 	// token 1 leader "host-a" leading false reason "resigned"
 }
 
-func ExampleElector_Demote() {
+func ExampleOperator_Demote() {
 	db := exampleDB()
 	defer db.Close()
 	cfg := election.Config{Interval: 100 * time.Millisecond, Lease: time.Second}
@@ -225,7 +225,7 @@ func ExampleElector_Demote() {
 		}()
 		time.Sleep(300 * time.Millisecond) // host-a leads first
 	}
-	ops, _ := election.New(db, "controller", election.Config{})
+	ops, _ := election.NewOperator(db, "controller", election.Config{})
 	before, _ := ops.Leader(ctx)
 	killed, err := ops.Demote(ctx) // returns once host-a has stepped down
 	fmt.Printf("demoted %s (token %d): killed %v, err %v\n", before.Identity, before.Token, killed, err)

@@ -224,7 +224,7 @@ func TestKilledSessionIsFenced(t *testing.T) {
 	}
 	b := newElector(t, election.GetLock, db, "kill", "b")
 	ta := await(t, campaign(ctx, a), 10*time.Second).term
-	rec, err := a.Leader(ctx)
+	rec, err := newOperator(t, db, "kill").Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 		// The leader loses the election: its session is killed (GetLock) or
 		// its record is taken over once its lease lapses (LeaseRow).
 		if s == election.GetLock {
-			rec, err := a.Leader(ctx)
+			rec, err := newOperator(t, db, "stuck-tx").Leader(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"net/http"
+	"strconv"
 	"sync"
 )
 
@@ -50,7 +52,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
-	lock, err := t.e.lockNameFor(ctx)
+	lock, err := t.st.lockName(ctx)
 	if err != nil {
 		return err
 	}
@@ -58,18 +60,18 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	// term must bump. If this leader stops in the middle of it (paused, cut
 	// off), only the server can end it: its session gets the candidates'
 	// short wait_timeout, which it keeps until the transaction is over.
-	conn, err := t.e.db.Conn(ctx)
+	conn, err := t.st.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", t.e.cfg.waitTimeout())); err != nil {
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", t.st.cfg.waitTimeout())); err != nil {
 		return fmt.Errorf("election: fenced transaction: %w", err)
 	}
 	defer func() {
 		// Back to the pool with the server's default; a session that cannot
 		// be reset is dropped instead.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.e.cfg.Interval)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.st.cfg.Interval)
 		defer cancel()
 		if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
 			conn.Raw(func(any) error { return driver.ErrBadConn })
@@ -81,7 +83,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	defer tx.Rollback()
 	var current uint64
-	err = tx.QueryRowContext(ctx, "SELECT epoch FROM `"+t.e.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock).Scan(&current)
+	err = tx.QueryRowContext(ctx, "SELECT epoch FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock).Scan(&current)
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}
@@ -92,15 +94,6 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// endCause says why IsLeader is false: the term's end, or a lapsed lease
-// whose timer has not fired yet.
-func (t *Term) endCause() error {
-	if err := t.Err(); err != nil {
-		return err
-	}
-	return ErrLeaseExpired
 }
 
 // Fence is the checker a downstream store embeds to refuse writes of stale
@@ -147,4 +140,52 @@ func (f *Fence) Check(resource string, token uint64) error {
 	}
 	f.highest[resource] = token
 	return nil
+}
+
+// TokenHeader is the HTTP header that carries a fencing token from a
+// leader to a downstream store.
+const TokenHeader = "Fencing-Token"
+
+// SetToken puts the term's token in h, for a request to a downstream store
+// that checks it (see Fence.Handler).
+func (t *Term) SetToken(h http.Header) { h.Set(TokenHeader, strconv.FormatUint(t.token, 10)) }
+
+// TokenFrom reads the fencing token of a request's headers.
+func TokenFrom(h http.Header) (uint64, error) {
+	v := h.Get(TokenHeader)
+	if v == "" {
+		return 0, fmt.Errorf("election: no %s header", TokenHeader)
+	}
+	token, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("election: %s header %q is not a token", TokenHeader, v)
+	}
+	return token, nil
+}
+
+// Handler admits a request to next only if its fencing token (TokenHeader)
+// is not lower than the highest seen for its resource (resource(r); nil
+// means one resource for all). A missing or malformed token gets 400, a
+// stale one 409 Conflict; neither reaches next. Requests for one resource
+// are served one at a time, so that the check and next's write are atomic:
+// a stale request never writes after a newer one.
+func (f *Fence) Handler(resource func(*http.Request) string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, err := TokenFrom(r.Header)
+		if err != nil {
+			reply(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		res := ""
+		if resource != nil {
+			res = resource(r)
+		}
+		unlock := f.serialize(res)
+		defer unlock()
+		if err := f.Check(res, token); err != nil {
+			reply(w, http.StatusConflict, err.Error())
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -6,57 +6,66 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
+
+// getLock is the GetLock strategy: each candidate pins a session of its
+// own and waits in GET_LOCK; the server hands the lock to the next waiter
+// the moment the holder's session ends.
+type getLock struct {
+	st    *store
+	log   *slog.Logger
+	stats *counters // kills of stuck leaders
+}
 
 // pinned is one candidate's own server session. Lock, keepalive and
 // ownership statements run only here: through the pool, database/sql would
 // retry a dropped session's statement on a fresh session that holds nothing.
 type pinned struct {
-	e     *Elector
+	g     *getLock
 	conn  *sql.Conn
 	id    uint64 // CONNECTION_ID()
 	lock  string
 	token uint64
-	seen  time.Time // last candidate heartbeat
+	row   presence
 }
 
-// acquireLock pins a session, waits in GET_LOCK and starts a term on it.
-func (e *Elector) acquireLock(waitCtx, termCtx context.Context, try bool) (*Term, error) {
-	lock, err := e.prepare(waitCtx)
+// acquire pins a session, waits in GET_LOCK and opens a term on it.
+func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
+	lock, err := g.st.prepare(ctx, g.log)
 	if err != nil {
-		return nil, err
+		return won{}, err
 	}
-	s, err := e.pin(waitCtx, lock)
+	s, err := g.pin(ctx, lock)
 	if err != nil {
-		return nil, err
+		return won{}, err
 	}
 	for {
-		got, err := s.getLock(waitCtx, try)
+		got, err := s.getLock(ctx, try)
 		switch {
 		case err == nil && !got && try:
 			err = ErrHeld
 		case err == nil && !got:
-			if err = s.contend(waitCtx); err == nil {
+			if err = s.contend(ctx); err == nil {
 				continue
 			}
 		case err == nil:
 			sent := time.Now()
 			var delay time.Duration
-			if delay, err = s.startTerm(waitCtx); err == nil {
-				t := newTerm(e, s, s.token, sent, termCtx)
-				return t, t.waitLockDelay(waitCtx, delay)
+			if delay, err = s.startTerm(ctx); err == nil {
+				return won{h: s, token: s.token, sent: sent, delay: delay}, nil
 			}
 			if errors.Is(err, errYield) {
 				if try {
 					err = ErrHeld // dropping the session gives the lock back
-				} else if err = s.yield(waitCtx); err == nil {
+				} else if err = s.yield(ctx); err == nil {
 					continue
 				}
 			}
 		}
 		s.close()
-		return nil, err
+		return won{}, err
 	}
 }
 
@@ -66,18 +75,19 @@ func (e *Elector) acquireLock(waitCtx, termCtx context.Context, try bool) (*Term
 // comes, and only wait_timeout frees it. Lock waits are bounded at 2W, so
 // that a session stuck behind a row or metadata lock frees itself even
 // where hang detection may not kill it.
-func (e *Elector) pin(ctx context.Context, lock string) (*pinned, error) {
+func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	// A connection whose handshake went into a network partition hangs
 	// until the server's connect_timeout; a candidate stuck there cannot
 	// take over from anyone, so it gives up after Lease+Margin and retries.
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Lease+e.cfg.Margin)
+	cfg := g.st.cfg
+	ctx, cancel := context.WithTimeout(ctx, cfg.Lease+cfg.Margin)
 	defer cancel()
-	conn, err := e.db.Conn(ctx)
+	conn, err := g.st.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("election: opening a session: %w", err)
 	}
-	s := &pinned{e: e, conn: conn, lock: lock}
-	w := e.cfg.waitTimeout()
+	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock}}
+	w := cfg.waitTimeout()
 	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d", w, 2*w, 2*w)
 	if _, err := conn.ExecContext(ctx, setup); err != nil {
 		s.close()
@@ -87,7 +97,7 @@ func (e *Elector) pin(ctx context.Context, lock string) (*pinned, error) {
 		s.close()
 		return nil, fmt.Errorf("election: setting up the session: %w", err)
 	}
-	if err := e.join(ctx, conn, lock, &s.seen); err != nil {
+	if err := s.row.join(ctx, conn); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -98,7 +108,7 @@ func (e *Elector) pin(ctx context.Context, lock string) (*pinned, error) {
 // GET_LOCK returns 1 when acquired, 0 on timeout, NULL on error (a killed
 // query).
 func (s *pinned) getLock(ctx context.Context, try bool) (bool, error) {
-	wait := s.e.cfg.CheckInterval.Seconds()
+	wait := s.g.st.cfg.CheckInterval.Seconds()
 	if try {
 		wait = 0
 	}
@@ -119,10 +129,11 @@ func (s *pinned) getLock(ctx context.Context, try bool) (bool, error) {
 // contend runs between two GET_LOCK waits: it keeps this candidate's row
 // fresh and kills a holder that is stuck, or that ignored a demotion.
 func (s *pinned) contend(ctx context.Context) error {
-	if err := s.e.heartbeatIfDue(ctx, s.conn, s.lock, &s.seen); err != nil {
+	st := s.g.st
+	if err := s.row.beatIfDue(ctx, s.conn); err != nil {
 		return err
 	}
-	rec, err := readRecord(ctx, s.conn, s.e.tbl, s.lock)
+	rec, err := st.record(ctx, s.conn, s.lock)
 	if errors.Is(err, ErrNoLeader) {
 		return nil
 	}
@@ -133,13 +144,18 @@ func (s *pinned) contend(ctx context.Context) error {
 	if why == "" {
 		return nil
 	}
-	err = s.e.kill(ctx, s.conn, rec, why)
-	if errors.Is(err, ErrKillDenied) {
+	err = kill(ctx, s.conn, st, rec, why, s.g.log)
+	switch {
+	case errors.Is(err, ErrKillDenied):
+		s.g.stats.killsDenied.Add(1)
 		// Never take over without the kill: keep waiting, and say why.
-		s.e.log.Error("cannot end a stuck leader's session", "err", err, "holder", rec.Identity, "conn_id", rec.ConnID)
+		s.g.log.Error("cannot end a stuck leader's session", "err", err, "holder", rec.Identity, "conn_id", rec.ConnID)
 		return nil
+	case err != nil:
+		return err
 	}
-	return err
+	s.g.stats.kills.Add(1)
+	return st.endTerm(ctx, s.conn, s.lock, rec.Token, why)
 }
 
 // startTerm opens the term in one transaction on the pinned session; see
@@ -150,7 +166,7 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: starting a term: %w", ErrSessionLost, err)
 	}
 	defer tx.Rollback()
-	token, delay, err := s.e.openTerm(ctx, tx, s.lock, s.id)
+	token, delay, err := s.g.st.openTerm(ctx, tx, s.lock, s.id)
 	if err != nil {
 		return 0, err
 	}
@@ -167,9 +183,9 @@ func (s *pinned) yield(ctx context.Context) error {
 	if _, err := s.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", s.lock); err != nil {
 		return fmt.Errorf("%w: yielding: %w", ErrSessionLost, err)
 	}
-	s.e.log.Info("yielded the lock to a pending hand-over")
+	s.g.log.Info("yielded the lock to a pending hand-over")
 	select {
-	case <-time.After(s.e.cfg.CheckInterval):
+	case <-time.After(s.g.st.cfg.CheckInterval):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -179,7 +195,7 @@ func (s *pinned) yield(ctx context.Context) error {
 // renew stamps the record and confirms that this session still holds the
 // lock and has not been asked to step down, all on the pinned session.
 func (s *pinned) renew(ctx context.Context) error {
-	res, err := s.conn.ExecContext(ctx, "UPDATE `"+s.e.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
+	res, err := s.conn.ExecContext(ctx, "UPDATE `"+s.g.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
 		"WHERE lock_name = ? AND epoch = ? AND conn_id = ?", s.lock, s.token, s.id)
 	if err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
@@ -193,7 +209,7 @@ func (s *pinned) renew(ctx context.Context) error {
 		handTo  sql.NullString
 	)
 	if err := s.conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(lock_name), demote_epoch <=> epoch, handover_to "+
-		"FROM `"+s.e.tbl.record+"` WHERE lock_name = ?", s.lock).Scan(&owner, &demoted, &handTo); err != nil {
+		"FROM `"+s.g.st.tbl.record+"` WHERE lock_name = ?", s.lock).Scan(&owner, &demoted, &handTo); err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
 	if !owner.Valid || uint64(owner.Int64) != s.id {
@@ -202,13 +218,13 @@ func (s *pinned) renew(ctx context.Context) error {
 	if demoted {
 		return demotion(handTo)
 	}
-	return s.e.heartbeatIfDue(ctx, s.conn, s.lock, &s.seen)
+	return s.row.beatIfDue(ctx, s.conn)
 }
 
 // release records why the term ended, then frees the lock for the next
 // candidate; the session is dropped afterwards all the same.
 func (s *pinned) release(ctx context.Context, why string) error {
-	if err := endTerm(ctx, s.conn, s.e.tbl, s.lock, s.token, why); err != nil {
+	if err := s.g.st.endTerm(ctx, s.conn, s.lock, s.token, why); err != nil {
 		return err
 	}
 	var released sql.NullInt64
@@ -224,7 +240,7 @@ func (s *pinned) release(ctx context.Context, why string) error {
 // lost records, through the pool, why a term ended that the session could
 // not end: the session may be gone, the pool is not.
 func (s *pinned) lost(ctx context.Context, why string) error {
-	return endTerm(ctx, s.e.db, s.e.tbl, s.lock, s.token, why)
+	return s.g.st.endTerm(ctx, s.g.st.db, s.lock, s.token, why)
 }
 
 // close drops the session for sure. Conn.Close would return it to the pool

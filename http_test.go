@@ -25,7 +25,7 @@ func TestHealthHandler(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	a := newElector(t, election.GetLock, db, "health", "a")
-	ops := newElector(t, election.GetLock, db, "health", "ops")
+	ops := newOperator(t, db, "health")
 	ctx, cancel := context.WithCancel(context.Background())
 	unblock := make(chan struct{})
 	started := make(chan struct{})

@@ -1,14 +1,18 @@
 package election
 
+// The keepalive row beside the lock: the record of who leads, the term
+// history and the candidates' heartbeat rows, which both strategies write
+// and operators read. The term-opening transaction (openTerm) lives here
+// because it is where the record, the epoch and the history change together.
+
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // States of the record, and reasons in the term history.
@@ -25,6 +29,9 @@ const (
 	stateLost         = "lost"          // ended without saying why (crash, outside kill)
 )
 
+// historyPruneEvery spaces out the deletes that bound the history.
+const historyPruneEvery = 16
+
 // errHandedOver marks a demotion that names a successor.
 var errHandedOver = errors.New("handing over")
 
@@ -38,6 +45,54 @@ func demotion(handTo sql.NullString) error {
 		return fmt.Errorf("%w: %w to %q", ErrDemoted, errHandedOver, handTo.String)
 	}
 	return ErrDemoted
+}
+
+// querier is what both the pool and a pinned session offer.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// store is one election's rows in one database, as candidates, operators
+// and fenced transactions reach them.
+type store struct {
+	db   *sql.DB
+	name string // the election's name
+	cfg  Config // the prefix and the limits the rows are written with
+
+	tbl tables
+
+	mu    sync.Mutex
+	lock  string // the lock name, once learnt
+	ready bool   // a candidate has checked the tables and the server
+}
+
+func newStore(db *sql.DB, name string, cfg Config) *store {
+	return &store{db: db, name: name, cfg: cfg, tbl: tablesFor(cfg.TablePrefix)}
+}
+
+// lockName returns the election's lock name, the key of all its rows. It
+// needs no privilege beyond connecting: readers create no tables.
+func (s *store) lockName(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	lock := s.lock
+	s.mu.Unlock()
+	if lock != "" {
+		return lock, nil
+	}
+	var database sql.NullString
+	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
+		return "", fmt.Errorf("election: reaching the server: %w", err)
+	}
+	if !database.Valid {
+		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
+	}
+	lock = lockName(database.String, s.cfg.TablePrefix, s.name)
+	s.mu.Lock()
+	s.lock = lock
+	s.mu.Unlock()
+	return lock, nil
 }
 
 // Record is the keepalive row of an election as anyone with SELECT on the
@@ -100,50 +155,6 @@ func (r Record) overdue() string {
 	return ""
 }
 
-// querier is what both the pool and a pinned session offer.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// Leader reads who leads the election. It needs only SELECT on the tables
-// and works for any Elector, campaigning or not. When nobody leads it
-// returns ErrNoLeader, with the record of the last term if there was one.
-func (e *Elector) Leader(ctx context.Context) (Record, error) {
-	lock, err := e.lockNameFor(ctx)
-	if err != nil {
-		return Record{}, err
-	}
-	r, err := readRecord(ctx, e.db, e.tbl, lock)
-	if err != nil {
-		return r, err
-	}
-	if !r.Leading() {
-		return r, ErrNoLeader
-	}
-	return r, nil
-}
-
-// lockNameFor learns the lock name without creating tables, so that readers
-// need no privilege beyond SELECT.
-func (e *Elector) lockNameFor(ctx context.Context) (string, error) {
-	e.mu.Lock()
-	ready, lock := e.ready, e.lockName
-	e.mu.Unlock()
-	if ready {
-		return lock, nil
-	}
-	var database sql.NullString
-	if err := e.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", fmt.Errorf("election: reaching the server: %w", err)
-	}
-	if !database.Valid {
-		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
-	}
-	return lockName(database.String, e.cfg.TablePrefix, e.name), nil
-}
-
 // utcMicros reads a DATETIME(6) column written in UTC as microseconds since
 // the Unix epoch, so that no DSN setting (parseTime, loc) changes it.
 func utcMicros(col string) string {
@@ -164,8 +175,9 @@ func fromMicros(us sql.NullInt64) time.Time {
 
 func micros(us sql.NullInt64) time.Duration { return time.Duration(us.Int64) * time.Microsecond }
 
-func readRecord(ctx context.Context, q querier, t tables, lock string) (Record, error) {
-	rs, err := readRecords(ctx, q, t, "WHERE lock_name = ?", lock)
+// record reads the election's record through q; ErrNoLeader if it has none.
+func (s *store) record(ctx context.Context, q querier, lock string) (Record, error) {
+	rs, err := readRecords(ctx, q, s.tbl, "WHERE lock_name = ?", lock)
 	if err != nil {
 		return Record{}, err
 	}
@@ -211,187 +223,22 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 // endTerm records why a term ended, in the record (if it still describes
 // that term as leading) and in the history. A "lost" guess made by the next
 // term gives way to the real reason.
-func endTerm(ctx context.Context, q querier, t tables, lock string, token uint64, why string) error {
-	if _, err := q.ExecContext(ctx, "UPDATE `"+t.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
+func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, why string) error {
+	if _, err := q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading); err != nil {
 		return err
 	}
-	_, err := q.ExecContext(ctx, "UPDATE `"+t.term+"` SET ended_at = COALESCE(ended_at, UTC_TIMESTAMP(6)), reason = ? "+
+	_, err := q.ExecContext(ctx, "UPDATE `"+s.tbl.term+"` SET ended_at = COALESCE(ended_at, UTC_TIMESTAMP(6)), reason = ? "+
 		"WHERE lock_name = ? AND epoch = ? AND (reason IS NULL OR reason = ? OR ? IN (?, ?))",
 		why, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled)
 	return err
 }
 
-// kill ends the session of a holder that overdue found stuck or
-// disobedient. rec must come from a read that cross-checked the lock owner
-// with IS_USED_LOCK; no other session id is ever killed.
-func (e *Elector) kill(ctx context.Context, q querier, rec Record, why string) error {
-	lock, err := e.lockNameFor(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := q.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
-		var me *mysql.MySQLError
-		switch {
-		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
-		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
-			e.stats.killsDenied.Add(1)
-			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
-				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
-				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
-			e.observeKill(why, err)
-			return err
-		default:
-			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
-		}
-	}
-	e.stats.kills.Add(1)
-	e.observeKill(why, nil)
-	e.log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
-	return endTerm(ctx, q, e.tbl, lock, rec.Token, why)
-}
-
-func (e *Elector) observeKill(why string, err error) {
-	if f := e.cfg.Observer.Killed; f != nil {
-		f(e.name, why, err)
-	}
-}
-
-// Demote forces a re-election: it asks the current leader to step down,
-// which it does at its next keepalive (its term's context is cancelled and,
-// under Run, its function returns before the lock is released). If the
-// leader has not stepped down within its lease plus margin, Demote kills its
-// session; the next term then waits until that leader's lease has certainly
-// expired before it starts. Demote returns once the term has ended,
-// reporting whether a kill was needed. Without a leader it returns
-// ErrNoLeader.
-func (e *Elector) Demote(ctx context.Context) (killed bool, err error) {
-	return e.demote(ctx, "")
-}
-
-// Handover asks the current leader to step down for the live candidate
-// named identity: other candidates that win the lock while the hand-over is
-// pending give it back. It refuses with ErrNotCandidate, changing nothing,
-// unless identity is a live candidate. It returns as Demote does; the
-// target then leads as soon as it wins the lock.
-func (e *Elector) Handover(ctx context.Context, identity string) (killed bool, err error) {
-	lock, err := e.lockNameFor(ctx)
-	if err != nil {
-		return false, err
-	}
-	var alive bool
-	err = e.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+e.tbl.candidate+"` WHERE lock_name = ? AND identity = ? AND "+
-		ageMicros("seen_at")+" <= expiry_us)", lock, identity).Scan(&alive)
-	if err != nil {
-		return false, fmt.Errorf("election: reading the candidates: %w", schemaError(e.tbl, err))
-	}
-	if !alive {
-		return false, fmt.Errorf("%w: no candidate %q of election %q has sent a heartbeat lately; list them with Candidates (electctl candidates)", ErrNotCandidate, identity, e.name)
-	}
-	return e.demote(ctx, identity)
-}
-
-func (e *Elector) demote(ctx context.Context, to string) (bool, error) {
-	lock, err := e.lockNameFor(ctx)
-	if err != nil {
-		return false, err
-	}
-	rec, err := readRecord(ctx, e.db, e.tbl, lock)
-	if err != nil {
-		return false, err
-	}
-	if !rec.Leading() {
-		return false, ErrNoLeader
-	}
-	if to != "" && rec.Identity == to {
-		return false, nil // already leads
-	}
-	var handTo any
-	if to != "" {
-		handTo = to
-	}
-	// The hand-over preference outlives the demotion long enough for the
-	// target to win the lock, and no longer: a target that died meanwhile
-	// must not block the election.
-	res, err := e.db.ExecContext(ctx, "UPDATE `"+e.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
-		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL 3 * lease_us MICROSECOND "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", handTo, lock, rec.Token, stateLeading)
-	if err != nil {
-		return false, fmt.Errorf("election: requesting the demotion: %w", schemaError(e.tbl, err))
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return false, ErrNoLeader // the term ended meanwhile
-	}
-	e.stats.demotions.Add(1)
-	poll := time.NewTicker(min(e.cfg.Interval, 50*time.Millisecond))
-	defer poll.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-poll.C:
-		}
-		cur, err := readRecord(ctx, e.db, e.tbl, lock)
-		if err != nil {
-			return false, err
-		}
-		if cur.Token != rec.Token || cur.State != stateLeading || !cur.holds() {
-			return false, nil // the term has ended
-		}
-		if why := cur.overdue(); why != "" {
-			return true, e.kill(ctx, e.db, cur, why)
-		}
-	}
-}
-
-// heartbeatPeriod is how often a candidate refreshes its row.
-func (c Config) heartbeatPeriod() time.Duration { return max(c.CheckInterval, c.Lease/2) }
-
-// join writes this candidate's first heartbeat, refuses to join an election
-// that live candidates of another strategy run, and deletes the rows of
-// candidates dead for ten of their expiry periods.
-func (e *Elector) join(ctx context.Context, q querier, lock string, seen *time.Time) error {
-	var other sql.NullString
-	err := q.QueryRowContext(ctx, "SELECT MIN(identity) FROM `"+e.tbl.candidate+"` WHERE lock_name = ? AND strategy <> ? AND "+
-		ageMicros("seen_at")+" <= expiry_us", lock, e.cfg.Strategy.String()).Scan(&other)
-	if err != nil {
-		return fmt.Errorf("election: reading the candidates: %w", schemaError(e.tbl, err))
-	}
-	if other.Valid {
-		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, e.name, e.cfg.Strategy)
-	}
-	if err := e.heartbeat(ctx, q, lock, seen); err != nil {
-		return err
-	}
-	if _, err := q.ExecContext(ctx, "DELETE FROM `"+e.tbl.candidate+"` WHERE lock_name = ? AND "+
-		ageMicros("seen_at")+" > 10 * expiry_us", lock); err != nil {
-		return fmt.Errorf("election: cleaning up candidates: %w", schemaError(e.tbl, err))
-	}
-	return nil
-}
-
-// heartbeat writes this candidate's row, keeping its first sighting unless
-// the process changed.
-func (e *Elector) heartbeat(ctx context.Context, q querier, lock string, seen *time.Time) error {
-	host, _ := os.Hostname()
-	expiry := 2*e.cfg.heartbeatPeriod() + e.cfg.Margin
-	_, err := q.ExecContext(ctx, "INSERT INTO `"+e.tbl.candidate+"` "+
-		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?) "+
-		"ON DUPLICATE KEY UPDATE since = IF(pid <=> VALUES(pid) AND host <=> VALUES(host), since, VALUES(since)), "+
-		"strategy = VALUES(strategy), host = VALUES(host), pid = VALUES(pid), seen_at = VALUES(seen_at), expiry_us = VALUES(expiry_us)",
-		lock, e.cfg.Identity, e.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds())
-	if err != nil {
-		return fmt.Errorf("election: candidate heartbeat: %w", schemaError(e.tbl, err))
-	}
-	*seen = time.Now()
-	return nil
-}
-
-func (e *Elector) heartbeatIfDue(ctx context.Context, q querier, lock string, seen *time.Time) error {
-	if time.Since(*seen) < e.cfg.heartbeatPeriod() {
-		return nil
-	}
-	return e.heartbeat(ctx, q, lock, seen)
+// predecessor is the last term as a new one finds it, under FOR UPDATE.
+type predecessor struct {
+	strategy, state                 sql.NullString
+	session, owner, leaseLeftUS     sql.NullInt64
+	stale, forced, overdue, handing sql.NullBool
 }
 
 // openTerm starts a term in tx, for the candidate whose session (GetLock:
@@ -407,62 +254,78 @@ func (e *Elector) heartbeatIfDue(ctx context.Context, q querier, lock string, se
 //     was killed as stuck) and did not end gracefully, the new term must not
 //     act before that leader's lease has certainly expired;
 //
-// then bumps the epoch, writes the record, closes the last term's history
-// row if nobody did, and opens this term's.
-func (e *Elector) openTerm(ctx context.Context, tx *sql.Tx, lock string, session uint64) (token uint64, delay time.Duration, err error) {
-	t := e.tbl
-	var (
-		prevStrategy, prevState         sql.NullString
-		prevSession, owner, leaseLeftUS sql.NullInt64
-		stale, forced, overdue, yield   sql.NullBool
-	)
+// then bumps the epoch and writes the record and the history.
+func (s *store) openTerm(ctx context.Context, tx *sql.Tx, lock string, session uint64) (token uint64, delay time.Duration, err error) {
+	var p predecessor
 	err = tx.QueryRowContext(ctx, "SELECT strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
 		"handover_to IS NOT NULL AND handover_to <> ? AND handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
-		"SELECT 1 FROM `"+t.candidate+"` c WHERE c.lock_name = r.lock_name AND c.identity = r.handover_to "+
+		"SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = r.lock_name AND c.identity = r.handover_to "+
 		"AND "+ageMicros("c.seen_at")+" <= c.expiry_us) "+
-		"FROM `"+t.record+"` r WHERE lock_name = ? FOR UPDATE", e.cfg.Identity, lock).
-		Scan(&prevStrategy, &prevState, &prevSession, &owner, &stale, &forced, &overdue, &leaseLeftUS, &yield)
+		"FROM `"+s.tbl.record+"` r WHERE lock_name = ? FOR UPDATE", s.cfg.Identity, lock).
+		Scan(&p.strategy, &p.state, &p.session, &p.owner, &p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, fmt.Errorf("election: reading the record: %w", schemaError(t, err))
+		return 0, 0, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
 	}
+	if delay, err = s.succeed(p); err != nil {
+		return 0, 0, err
+	}
+	if token, err = s.bumpEpoch(ctx, tx, lock); err != nil {
+		return 0, 0, err
+	}
+	return token, delay, s.writeTerm(ctx, tx, lock, session, token)
+}
+
+// succeed decides whether a new term may follow p, and after what
+// lock-delay; see openTerm.
+func (s *store) succeed(p predecessor) (time.Duration, error) {
 	// Does the last term still act, by its own strategy's rules?
-	acting := prevState.String == stateLeading && !stale.Bool &&
-		(prevStrategy.String == LeaseRow.String() || owner.Valid && owner.Int64 == prevSession.Int64)
+	acting := p.state.String == stateLeading && !p.stale.Bool &&
+		(p.strategy.String == LeaseRow.String() || p.owner.Valid && p.owner.Int64 == p.session.Int64)
 	switch {
-	case acting && prevStrategy.String != e.cfg.Strategy.String():
-		return 0, 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, e.name, prevStrategy.String)
-	case acting && e.cfg.Strategy == LeaseRow && !overdue.Bool:
-		return 0, 0, ErrHeld
-	case yield.Bool:
-		return 0, 0, errYield
+	case acting && p.strategy.String != s.cfg.Strategy.String():
+		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.name, p.strategy.String)
+	case acting && s.cfg.Strategy == LeaseRow && !p.overdue.Bool:
+		return 0, ErrHeld
+	case p.handing.Bool:
+		return 0, errYield
 	}
 	var graceful, killed bool
-	switch prevState.String {
+	switch p.state.String {
 	case stateResigned, stateDemoted, stateHandedOver:
 		graceful = true
 	case stateHangKilled, stateDemoteKilled:
 		killed = true
 	}
-	if (killed || forced.Bool) && !graceful && leaseLeftUS.Int64 > 0 {
-		delay = time.Duration(leaseLeftUS.Int64) * time.Microsecond
+	if (killed || p.forced.Bool) && !graceful && p.leaseLeftUS.Int64 > 0 {
+		return time.Duration(p.leaseLeftUS.Int64) * time.Microsecond, nil
 	}
-	// LAST_INSERT_ID(expr) hands the new epoch back in the OK packet: no
-	// second round trip to read it. A first insert reports 0: epoch 1.
-	res, err := tx.ExecContext(ctx, "INSERT INTO `"+t.epoch+"` (lock_name, epoch) VALUES (?, 1) "+
+	return 0, nil
+}
+
+// bumpEpoch raises the election's epoch by one and returns it: the new
+// term's token. LAST_INSERT_ID(expr) hands it back in the OK packet, with
+// no second round trip to read it; a first insert reports 0: epoch 1.
+func (s *store) bumpEpoch(ctx context.Context, tx *sql.Tx, lock string) (uint64, error) {
+	res, err := tx.ExecContext(ctx, "INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) VALUES (?, 1) "+
 		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(epoch + 1)", lock)
 	if err != nil {
-		return 0, 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(t, err))
+		return 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(s.tbl, err))
 	}
 	epoch, err := res.LastInsertId()
 	if err != nil {
-		return 0, 0, fmt.Errorf("election: bumping the epoch: %w", err)
+		return 0, fmt.Errorf("election: bumping the epoch: %w", err)
 	}
-	token = max(uint64(epoch), 1)
+	return max(uint64(epoch), 1), nil
+}
+
+// writeTerm writes the new term's record (clearing requests), closes the
+// last term's history row if nobody did, and opens this term's.
+func (s *store) writeTerm(ctx context.Context, tx *sql.Tx, lock string, session, token uint64) error {
 	host, _ := os.Hostname()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+t.record+"` "+
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.tbl.record+"` "+
 		"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at, ended_at, "+
 		"demote_epoch, demote_at, handover_to, handover_until) "+
 		"VALUES (?, ?, ?, 'leading', ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, NULL, NULL, NULL, NULL) "+
@@ -470,27 +333,185 @@ func (e *Elector) openTerm(ctx context.Context, tx *sql.Tx, lock string, session
 		"holder = VALUES(holder), host = VALUES(host), pid = VALUES(pid), conn_id = VALUES(conn_id), "+
 		"lease_us = VALUES(lease_us), since = VALUES(since), renewed_at = VALUES(renewed_at), ended_at = NULL, "+
 		"demote_epoch = NULL, demote_at = NULL, handover_to = NULL, handover_until = NULL",
-		lock, e.name, e.cfg.Strategy.String(), token, e.cfg.Identity, host, os.Getpid(), session,
-		(e.cfg.Lease + e.cfg.Margin).Microseconds()); err != nil {
-		return 0, 0, fmt.Errorf("election: writing the record: %w", schemaError(t, err))
+		lock, s.name, s.cfg.Strategy.String(), token, s.cfg.Identity, host, os.Getpid(), session,
+		(s.cfg.Lease + s.cfg.Margin).Microseconds()); err != nil {
+		return fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
 	}
 	// Terms that ended without saying why (a crash, a kill from outside) are
 	// closed as lost; their leader may still tell the real reason later.
-	if _, err := tx.ExecContext(ctx, "UPDATE `"+t.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
+	if _, err := tx.ExecContext(ctx, "UPDATE `"+s.tbl.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
 		"WHERE lock_name = ? AND ended_at IS NULL", stateLost, lock); err != nil {
-		return 0, 0, fmt.Errorf("election: closing the last term: %w", schemaError(t, err))
+		return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+t.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, e.cfg.Identity, host, os.Getpid()); err != nil {
-		return 0, 0, fmt.Errorf("election: writing the history: %w", schemaError(t, err))
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, s.cfg.Identity, host, os.Getpid()); err != nil {
+		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 	}
-	if limit := uint64(e.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM `"+t.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit); err != nil {
-			return 0, 0, fmt.Errorf("election: pruning the history: %w", schemaError(t, err))
+	if limit := uint64(s.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit); err != nil {
+			return fmt.Errorf("election: pruning the history: %w", schemaError(s.tbl, err))
 		}
 	}
-	return token, delay, nil
+	return nil
 }
 
-// historyPruneEvery spaces out the deletes that bound the history.
-const historyPruneEvery = 16
+// TermRecord is one term of an election's history.
+type TermRecord struct {
+	Token    uint64
+	Identity string
+	Host     string
+	PID      int
+	Started  time.Time // database clock
+	Ended    time.Time // zero while the term lasts (or its end is not known yet)
+	// Reason says why the term ended: resigned, demoted, handed-over,
+	// hang-killed, demote-killed, lease-expired, session-lost, lock-lost, or
+	// lost when the leader vanished without saying why (a crash, a kill from
+	// outside the election).
+	Reason string
+}
+
+// terms reads history rows of the election that match cond.
+func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]TermRecord, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT epoch, holder, host, pid, "+utcMicros("started_at")+", "+utcMicros("ended_at")+
+		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("election: reading the history: %w", schemaError(s.tbl, err))
+	}
+	defer rows.Close()
+	var ts []TermRecord
+	for rows.Next() {
+		var (
+			t              TermRecord
+			started, ended sql.NullInt64
+			reason         sql.NullString
+		)
+		if err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &started, &ended, &reason); err != nil {
+			return nil, fmt.Errorf("election: reading the history: %w", err)
+		}
+		t.Started, t.Ended, t.Reason = fromMicros(started), fromMicros(ended), reason.String
+		ts = append(ts, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("election: reading the history: %w", err)
+	}
+	return ts, nil
+}
+
+// Candidate is one participant of an election, from its heartbeat row.
+type Candidate struct {
+	Identity string
+	Host     string
+	PID      int
+	Since    time.Time     // first heartbeat of this process, database clock
+	SeenAgo  time.Duration // age of its last heartbeat
+	Alive    bool          // its last heartbeat is within its own expiry
+	Leader   bool          // it leads now
+}
+
+// candidates reads the election's heartbeat rows; leader marks the one
+// that leads.
+func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]Candidate, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT identity, host, pid, "+utcMicros("since")+", "+ageMicros("seen_at")+
+		", "+ageMicros("seen_at")+" <= expiry_us FROM `"+s.tbl.candidate+"` WHERE lock_name = ? ORDER BY identity", lock)
+	if err != nil {
+		return nil, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
+	}
+	defer rows.Close()
+	var cs []Candidate
+	for rows.Next() {
+		var (
+			c          Candidate
+			since, ago sql.NullInt64
+		)
+		if err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive); err != nil {
+			return nil, fmt.Errorf("election: reading the candidates: %w", err)
+		}
+		c.Since, c.SeenAgo = fromMicros(since), micros(ago)
+		c.Leader = leader.Leading() && leader.Identity == c.Identity
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("election: reading the candidates: %w", err)
+	}
+	return cs, nil
+}
+
+// isCandidate reports whether identity has sent a heartbeat within its
+// expiry.
+func (s *store) isCandidate(ctx context.Context, lock, identity string) (bool, error) {
+	var alive bool
+	err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ? AND "+
+		ageMicros("seen_at")+" <= expiry_us)", lock, identity).Scan(&alive)
+	if err != nil {
+		return false, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
+	}
+	return alive, nil
+}
+
+// presence is this candidate's heartbeat row, which lists it among the
+// candidates and makes it a valid hand-over target.
+type presence struct {
+	st   *store
+	lock string
+	seen time.Time // when the row was last written
+}
+
+// join writes this candidate's first heartbeat, refuses to join an election
+// that live candidates of another strategy run, and deletes the rows of
+// candidates dead for ten of their expiry periods.
+func (p *presence) join(ctx context.Context, q querier) error {
+	st := p.st
+	var other sql.NullString
+	err := q.QueryRowContext(ctx, "SELECT MIN(identity) FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND strategy <> ? AND "+
+		ageMicros("seen_at")+" <= expiry_us", p.lock, st.cfg.Strategy.String()).Scan(&other)
+	if err != nil {
+		return fmt.Errorf("election: reading the candidates: %w", schemaError(st.tbl, err))
+	}
+	if other.Valid {
+		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, st.name, st.cfg.Strategy)
+	}
+	if err := p.beat(ctx, q); err != nil {
+		return err
+	}
+	if _, err := q.ExecContext(ctx, "DELETE FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND "+
+		ageMicros("seen_at")+" > 10 * expiry_us", p.lock); err != nil {
+		return fmt.Errorf("election: cleaning up candidates: %w", schemaError(st.tbl, err))
+	}
+	return nil
+}
+
+// beat writes this candidate's row, keeping its first sighting unless the
+// process changed.
+func (p *presence) beat(ctx context.Context, q querier) error {
+	st := p.st
+	host, _ := os.Hostname()
+	expiry := 2*st.cfg.heartbeatPeriod() + st.cfg.Margin
+	_, err := q.ExecContext(ctx, "INSERT INTO `"+st.tbl.candidate+"` "+
+		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?) "+
+		"ON DUPLICATE KEY UPDATE since = IF(pid <=> VALUES(pid) AND host <=> VALUES(host), since, VALUES(since)), "+
+		"strategy = VALUES(strategy), host = VALUES(host), pid = VALUES(pid), seen_at = VALUES(seen_at), expiry_us = VALUES(expiry_us)",
+		p.lock, st.cfg.Identity, st.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds())
+	if err != nil {
+		return fmt.Errorf("election: candidate heartbeat: %w", schemaError(st.tbl, err))
+	}
+	p.seen = time.Now()
+	return nil
+}
+
+// beatIfDue refreshes this candidate's row once per heartbeat period.
+func (p *presence) beatIfDue(ctx context.Context, q querier) error {
+	if time.Since(p.seen) < p.st.cfg.heartbeatPeriod() {
+		return nil
+	}
+	return p.beat(ctx, q)
+}
+
+// leave deletes this candidate's heartbeat row, so that it is not offered
+// as a hand-over target once it has stopped campaigning.
+func (s *store) leave(ctx context.Context) error {
+	lock, err := s.lockName(ctx)
+	if err == nil {
+		_, err = s.db.ExecContext(ctx, "DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity)
+	}
+	return err
+}

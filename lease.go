@@ -7,45 +7,54 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
+
+// leaseRow is the LeaseRow strategy: the election is held by a lease in
+// the record row, renewed through the pool.
+type leaseRow struct {
+	st  *store
+	log *slog.Logger
+}
 
 // leaseHold is a candidate of the LeaseRow strategy. It pins no session:
 // every statement goes through the pool, and a random id stands in the
 // record where GetLock puts the connection id.
 type leaseHold struct {
-	e     *Elector
+	st    *store
+	log   *slog.Logger
 	lock  string
 	id    uint64
 	token uint64
-	seen  time.Time // last candidate heartbeat
+	row   presence
 }
 
-// acquireLease tries to take the lease every CheckInterval until it gets it
-// or waitCtx ends. Each try is one statement while the lease is held, and a
+// acquire tries to take the lease every CheckInterval until it gets it or
+// ctx ends. Each try is one statement while the lease is held, and a
 // transaction (openTerm) only when it looks free.
-func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Term, error) {
-	lock, err := e.prepare(waitCtx)
+func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
+	lock, err := l.st.prepare(ctx, l.log)
 	if err != nil {
-		return nil, err
+		return won{}, err
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	h := &leaseHold{e: e, lock: lock, id: binary.BigEndian.Uint64(b[:]) >> 1}
+	h := &leaseHold{st: l.st, log: l.log, lock: lock, id: binary.BigEndian.Uint64(b[:]) >> 1, row: presence{st: l.st, lock: lock}}
 	// As for a pinned session, whose lock waits end after 2W: a try stuck
 	// in a network partition gives up, so that the candidate soon tries
 	// again, yet one blocked behind the epoch row of a leader stopped inside
 	// a fenced transaction outlasts it (the server ends that one after W).
-	limit := 2 * time.Duration(e.cfg.waitTimeout()) * time.Second
+	limit := 2 * time.Duration(l.st.cfg.waitTimeout()) * time.Second
 	bounded := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(waitCtx, limit)
+		ctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
 		return f(ctx)
 	}
-	if err := bounded(func(ctx context.Context) error { return e.join(ctx, e.db, lock, &h.seen) }); err != nil {
-		return nil, err
+	if err := bounded(func(ctx context.Context) error { return h.row.join(ctx, l.st.db) }); err != nil {
+		return won{}, err
 	}
-	tick := time.NewTicker(e.cfg.CheckInterval)
+	tick := time.NewTicker(l.st.cfg.CheckInterval)
 	defer tick.Stop()
 	for {
 		sent := time.Now()
@@ -56,20 +65,19 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Ter
 		})
 		switch {
 		case err == nil:
-			t := newTerm(e, h, h.token, sent, termCtx)
-			return t, t.waitLockDelay(waitCtx, delay)
+			return won{h: h, token: h.token, sent: sent, delay: delay}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
-			return nil, err
+			return won{}, err
 		case try:
-			return nil, ErrHeld
+			return won{}, ErrHeld
 		}
-		if err := bounded(func(ctx context.Context) error { return e.heartbeatIfDue(ctx, e.db, lock, &h.seen) }); err != nil {
-			return nil, err
+		if err := bounded(func(ctx context.Context) error { return h.row.beatIfDue(ctx, l.st.db) }); err != nil {
+			return won{}, err
 		}
 		select {
 		case <-tick.C:
-		case <-waitCtx.Done():
-			return nil, waitCtx.Err()
+		case <-ctx.Done():
+			return won{}, ctx.Err()
 		}
 	}
 }
@@ -79,21 +87,21 @@ func (e *Elector) acquireLease(waitCtx, termCtx context.Context, try bool) (*Ter
 func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 	// A plain read first: while the lease is held, waiters take no row locks.
 	var held bool
-	err := h.e.db.QueryRowContext(ctx, "SELECT state = ? AND strategy = ? AND "+ageMicros("renewed_at")+" <= lease_us "+
+	err := h.st.db.QueryRowContext(ctx, "SELECT state = ? AND strategy = ? AND "+ageMicros("renewed_at")+" <= lease_us "+
 		"AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) "+
-		"FROM `"+h.e.tbl.record+"` WHERE lock_name = ?", stateLeading, LeaseRow.String(), h.lock).Scan(&held)
+		"FROM `"+h.st.tbl.record+"` WHERE lock_name = ?", stateLeading, LeaseRow.String(), h.lock).Scan(&held)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("election: reading the record: %w", schemaError(h.e.tbl, err))
+		return 0, fmt.Errorf("election: reading the record: %w", schemaError(h.st.tbl, err))
 	}
 	if held {
 		return 0, ErrHeld
 	}
-	tx, err := h.e.db.BeginTx(ctx, nil)
+	tx, err := h.st.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("election: taking the lease: %w", err)
 	}
 	defer tx.Rollback()
-	token, delay, err := h.e.openTerm(ctx, tx, h.lock, h.id)
+	token, delay, err := h.st.openTerm(ctx, tx, h.lock, h.id)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +116,7 @@ func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 // names another term or asks this one to step down; a failed statement is
 // transient, retried until the local lease runs out.
 func (h *leaseHold) renew(ctx context.Context) error {
-	res, err := h.e.db.ExecContext(ctx, "UPDATE `"+h.e.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
+	res, err := h.st.db.ExecContext(ctx, "UPDATE `"+h.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
 		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND NOT (demote_epoch <=> epoch)",
 		h.lock, h.token, h.id, stateLeading)
 	if err != nil {
@@ -118,13 +126,13 @@ func (h *leaseHold) renew(ctx context.Context) error {
 		// The lease is renewed; the candidate row is only for listing and
 		// hand-over checks. Its failure (a reset connection) must not end
 		// the term: it stays due and is retried at the next renewal.
-		if err := h.e.heartbeatIfDue(ctx, h.e.db, h.lock, &h.seen); err != nil {
-			h.e.log.Warn("candidate heartbeat failed; retrying at the next renewal", "err", err)
+		if err := h.row.beatIfDue(ctx, h.st.db); err != nil {
+			h.log.Warn("candidate heartbeat failed; retrying at the next renewal", "err", err)
 		}
 		return nil
 	}
 	var handTo sql.NullString
-	err = h.e.db.QueryRowContext(ctx, "SELECT handover_to FROM `"+h.e.tbl.record+"` "+
+	err = h.st.db.QueryRowContext(ctx, "SELECT handover_to FROM `"+h.st.tbl.record+"` "+
 		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND demote_epoch <=> epoch",
 		h.lock, h.token, h.id, stateLeading).Scan(&handTo)
 	switch {
@@ -139,7 +147,7 @@ func (h *leaseHold) renew(ctx context.Context) error {
 // release records why the term ended; a lease ended as anything but
 // "leading" is free for the next candidate's next try.
 func (h *leaseHold) release(ctx context.Context, why string) error {
-	return endTerm(ctx, h.e.db, h.e.tbl, h.lock, h.token, why)
+	return h.st.endTerm(ctx, h.st.db, h.lock, h.token, why)
 }
 
 func (h *leaseHold) lost(ctx context.Context, why string) error { return h.release(ctx, why) }

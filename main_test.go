@@ -100,6 +100,17 @@ func newElector(t testing.TB, s election.Strategy, db *sql.DB, name, id string) 
 	return e
 }
 
+// newOperator returns an Operator of election name on db, with the test
+// timing.
+func newOperator(t testing.TB, db *sql.DB, name string) *election.Operator {
+	t.Helper()
+	o, err := election.NewOperator(db, name, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

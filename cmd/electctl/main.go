@@ -210,9 +210,9 @@ func redact(cfg *mysql.Config) string {
 	return cfg.FormatDSN()
 }
 
-// elector is an observer of the election: it never campaigns.
-func (c *cli) elector(name string) (*election.Elector, error) {
-	return election.New(c.db, name, election.Config{TablePrefix: c.prefix, SkipCreateTables: true, Identity: "electctl", Interval: c.interval})
+// operator reads and steers the election; it never campaigns.
+func (c *cli) operator(name string) (*election.Operator, error) {
+	return election.NewOperator(c.db, name, election.Config{TablePrefix: c.prefix, Interval: c.interval})
 }
 
 // fail prints err and maps it to an exit code.
@@ -328,7 +328,7 @@ func (c *cli) statusAll(ctx context.Context) int {
 }
 
 func (c *cli) status(ctx context.Context, name string) int {
-	e, err := c.elector(name)
+	e, err := c.operator(name)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -368,7 +368,7 @@ func (c *cli) status(ctx context.Context, name string) int {
 }
 
 func (c *cli) watch(ctx context.Context, name string) int {
-	e, err := c.elector(name)
+	e, err := c.operator(name)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -391,7 +391,7 @@ func (c *cli) watch(ctx context.Context, name string) int {
 }
 
 func (c *cli) history(ctx context.Context, name string) int {
-	e, err := c.elector(name)
+	e, err := c.operator(name)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -440,7 +440,7 @@ func duration(t election.TermRecord) string {
 }
 
 func (c *cli) candidates(ctx context.Context, name string) int {
-	e, err := c.elector(name)
+	e, err := c.operator(name)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -484,7 +484,7 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 }
 
 func (c *cli) demote(ctx context.Context, name, to string) int {
-	e, err := c.elector(name)
+	e, err := c.operator(name)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -532,7 +532,7 @@ func (c *cli) demote(ctx context.Context, name, to string) int {
 }
 
 func (c *cli) check(ctx context.Context, name, id string) int {
-	e, err := c.elector(name)
+	e, err := c.operator(name)
 	if err != nil {
 		return c.fail(err)
 	}

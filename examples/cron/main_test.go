@@ -30,7 +30,7 @@ func TestCron(t *testing.T) {
 		// -for makes an instance stop on its own should SIGTERM never come.
 		instances[id] = exampletest.Start(t, "CRON_MAIN", dsn, "-id", id, "-every", "200ms", "-for", "1m")
 	}
-	observer, err := election.New(db, "cron", election.Config{})
+	observer, err := election.NewOperator(db, "cron", election.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestQueue(t *testing.T) {
 	for _, id := range []string{"queue-1", "queue-2", "queue-3"} {
 		consumers[id] = exampletest.Start(t, "QUEUE_MAIN", dsn, "-id", id, "-work", "10ms")
 	}
-	observer, err := election.New(db, "queue", election.Config{})
+	observer, err := election.NewOperator(db, "queue", election.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func Start(t *testing.T, env, dsn string, args ...string) *exec.Cmd {
 }
 
 // WaitLeader waits until a candidate leads with a token above after.
-func WaitLeader(t *testing.T, e *election.Elector, after uint64) election.Record {
+func WaitLeader(t *testing.T, e *election.Operator, after uint64) election.Record {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

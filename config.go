@@ -1,0 +1,229 @@
+package election
+
+import (
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"time"
+	"unicode/utf8"
+)
+
+// Defaults of the timing contract; see the package documentation.
+const (
+	DefaultInterval = time.Second
+	DefaultLease    = 5 * time.Second
+	DefaultMargin   = time.Second
+)
+
+// DefaultHistoryLimit is how many past terms each election keeps.
+const DefaultHistoryLimit = 1000
+
+// maxWaitTimeout is the largest wait_timeout the server accepts, in seconds.
+const maxWaitTimeout = 31536000
+
+// Strategy is how candidates hold an election.
+type Strategy int
+
+const (
+	// GetLock (the default) pins one session per candidate and holds the
+	// election with GET_LOCK: failover in milliseconds when a leader dies.
+	GetLock Strategy = iota
+	// LeaseRow holds the election with a lease in the record row, renewed
+	// every Interval through the pool: no pinned session, so it works
+	// through proxies and on Galera and multi-primary Group Replication,
+	// but a dead leader is replaced only after Lease+Margin.
+	LeaseRow
+)
+
+// String returns the name stored in the record: "get_lock" or "lease".
+func (s Strategy) String() string {
+	switch s {
+	case GetLock:
+		return "get_lock"
+	case LeaseRow:
+		return "lease"
+	}
+	return fmt.Sprintf("Strategy(%d)", int(s))
+}
+
+// Config tunes an Elector or an Operator. The zero value of every field
+// means its default. New checks the timings as a whole; see the package
+// documentation for what they mean together.
+type Config struct {
+	// Strategy is GetLock (default) or LeaseRow. Every candidate of an
+	// election must use the same one; a candidate of another is refused
+	// with ErrStrategy while one is alive.
+	Strategy Strategy
+	// Identity names this candidate in the record, to operators and in
+	// logs. Default: host-pid-random. At most 255 characters. Give every
+	// candidate its own.
+	Identity string
+	// Interval is how often the leader renews its keepalive, and how often
+	// an Operator's Watch reads the election. Default 1s.
+	Interval time.Duration
+	// Lease is how long the leader may act after a keepalive it sent was
+	// confirmed, on its local monotonic clock. Default 5s; at least
+	// 2×Interval, so that one slow keepalive does not end a term.
+	Lease time.Duration
+	// Margin is how long after the lease ends the server may first free the
+	// lock of a silent leader. Default 1s. It covers the leader's clock
+	// running slow and the time its code takes to stop after its context is
+	// cancelled.
+	Margin time.Duration
+	// CheckInterval is how long a waiting candidate blocks in GET_LOCK
+	// before it looks again. Default Interval. It must be below the DSN's
+	// readTimeout, if one is set.
+	CheckInterval time.Duration
+	// TablePrefix starts the table names. Default DefaultTablePrefix.
+	TablePrefix string
+	// SkipCreateTables stops the Elector from creating missing tables on
+	// first use; see SchemaDDL.
+	SkipCreateTables bool
+	// HistoryLimit bounds the term history kept per election. Default
+	// DefaultHistoryLimit.
+	HistoryLimit int
+	// Logger receives structured logs. Default: none.
+	Logger *slog.Logger
+	// Observer receives events, for metrics. Default: none.
+	Observer *Observer
+}
+
+// Observer receives an Elector's (and an Operator's kills') events, for
+// metrics and tracing. Every field is optional. The functions are called
+// synchronously from the Elector's goroutines: they must be fast and must
+// not call the Elector.
+type Observer struct {
+	// TermStarted: this candidate began a term.
+	TermStarted func(election, identity string, token uint64)
+	// TermEnded: the term ended; reason is as in TermRecord.Reason.
+	TermEnded func(election, identity string, token uint64, reason string)
+	// Renewed: a keepalive finished after latency; err is nil if it was
+	// confirmed.
+	Renewed func(election string, latency time.Duration, err error)
+	// Killed: this candidate (or Operator) killed (err nil) or failed to
+	// kill the session of a stuck or disobedient leader; reason is
+	// hang-killed or demote-killed.
+	Killed func(election, reason string, err error)
+	// CampaignFailed: a campaign under Run failed and will be retried.
+	CampaignFailed func(election string, err error)
+}
+
+// The hooks, each a no-op where its field is nil.
+
+func (o *Observer) termStarted(election, identity string, token uint64) {
+	if o.TermStarted != nil {
+		o.TermStarted(election, identity, token)
+	}
+}
+
+func (o *Observer) termEnded(election, identity string, token uint64, reason string) {
+	if o.TermEnded != nil {
+		o.TermEnded(election, identity, token, reason)
+	}
+}
+
+func (o *Observer) renewed(election string, latency time.Duration, err error) {
+	if o.Renewed != nil {
+		o.Renewed(election, latency, err)
+	}
+}
+
+func (o *Observer) killed(election, reason string, err error) {
+	if o.Killed != nil {
+		o.Killed(election, reason, err)
+	}
+}
+
+func (o *Observer) campaignFailed(election string, err error) {
+	if o.CampaignFailed != nil {
+		o.CampaignFailed(election, err)
+	}
+}
+
+// waitTimeout is the pinned sessions' wait_timeout W, in whole seconds.
+func (c Config) waitTimeout() int64 {
+	return int64(math.Ceil((c.Lease + c.Margin).Seconds()))
+}
+
+// heartbeatPeriod is how often a candidate refreshes its row.
+func (c Config) heartbeatPeriod() time.Duration { return max(c.CheckInterval, c.Lease/2) }
+
+func (c Config) withDefaults() Config {
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Margin == 0 {
+		c.Margin = DefaultMargin
+	}
+	if c.CheckInterval == 0 {
+		c.CheckInterval = c.Interval
+	}
+	if c.TablePrefix == "" {
+		c.TablePrefix = DefaultTablePrefix
+	}
+	if c.HistoryLimit == 0 {
+		c.HistoryLimit = DefaultHistoryLimit
+	}
+	if c.Identity == "" {
+		c.Identity = defaultIdentity()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = &Observer{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Interval < time.Millisecond:
+		return bad("Interval %v is below 1ms: keepalives that often would load the server; use 100ms or more", c.Interval)
+	case c.Lease < 2*c.Interval:
+		return bad("Lease %v must be at least 2×Interval (%v), so that one slow keepalive does not end the term: raise Lease or lower Interval", c.Lease, c.Interval)
+	case c.Margin < time.Millisecond:
+		return bad("Margin %v is below 1ms: it must cover clock drift and the time your code takes to stop; the default is %v", c.Margin, DefaultMargin)
+	case c.CheckInterval < time.Millisecond:
+		return bad("CheckInterval %v is below 1ms", c.CheckInterval)
+	case c.waitTimeout() > maxWaitTimeout:
+		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
+	case len(c.Identity) > 255 || !utf8.ValidString(c.Identity):
+		return bad("Identity %q must be valid UTF-8 of at most 255 bytes", c.Identity)
+	case c.HistoryLimit < 1:
+		return bad("HistoryLimit %d must be at least 1", c.HistoryLimit)
+	case c.Strategy != GetLock && c.Strategy != LeaseRow:
+		return bad("Strategy %v is unknown: use election.GetLock or election.LeaseRow", c.Strategy)
+	}
+	return validatePrefix(c.TablePrefix)
+}
+
+// checked validates what New and NewOperator are given, and returns cfg
+// with its defaults.
+func checked(db *sql.DB, name string, cfg Config) (Config, error) {
+	if db == nil {
+		return cfg, fmt.Errorf("%w: db is nil", ErrInvalidConfig)
+	}
+	if err := validateName(name); err != nil {
+		return cfg, err
+	}
+	cfg = cfg.withDefaults()
+	return cfg, cfg.validate()
+}
+
+func defaultIdentity() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}

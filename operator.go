@@ -1,0 +1,219 @@
+package election
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Operator reads an election and steers it, without campaigning: who leads,
+// the history of terms, the candidates, a watch of every change, and the
+// operator actions Demote and Handover. Reads need only SELECT on the
+// tables; Demote and Handover need UPDATE, and the right to kill a leader
+// that ignores them (see ErrKillDenied). It is safe for concurrent use.
+type Operator struct {
+	st  *store
+	log *slog.Logger
+}
+
+// NewOperator returns an Operator of the election called name on db. Of
+// cfg it uses TablePrefix, Interval (how often Watch reads), Logger and
+// Observer (Killed); candidates and operators of one election may share one
+// Config. Like New, it validates its input but does no I/O.
+func NewOperator(db *sql.DB, name string, cfg Config) (*Operator, error) {
+	cfg, err := checked(db, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Operator{st: newStore(db, name, cfg), log: cfg.Logger.With("election", name)}, nil
+}
+
+// Name returns the election's name.
+func (o *Operator) Name() string { return o.st.name }
+
+// Leader reads who leads the election. When nobody leads it returns
+// ErrNoLeader, with the record of the last term if there was one.
+func (o *Operator) Leader(ctx context.Context) (Record, error) {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return Record{}, err
+	}
+	r, err := o.st.record(ctx, o.st.db, lock)
+	if err != nil {
+		return r, err
+	}
+	if !r.Leading() {
+		return r, ErrNoLeader
+	}
+	return r, nil
+}
+
+// History returns the election's last terms, newest first, at most limit
+// (all that are kept if limit <= 0).
+func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error) {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = o.st.cfg.HistoryLimit
+	}
+	return o.st.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT ?", limit)
+}
+
+// Candidates lists the election's participants, the leader among them, as
+// their heartbeats show them. Rows of dead candidates are listed (Alive
+// false) until a campaigning candidate cleans them up.
+func (o *Operator) Candidates(ctx context.Context) ([]Candidate, error) {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return nil, err
+	}
+	leader, err := o.st.record(ctx, o.st.db, lock)
+	if err != nil && !errors.Is(err, ErrNoLeader) {
+		return nil, err
+	}
+	return o.st.candidates(ctx, lock, leader)
+}
+
+// Elections reads the records of every election whose tables have the
+// given prefix (empty means DefaultTablePrefix), for dashboards. It needs
+// only SELECT.
+func Elections(ctx context.Context, db *sql.DB, prefix string) ([]Record, error) {
+	if prefix == "" {
+		prefix = DefaultTablePrefix
+	}
+	if err := validatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	return readRecords(ctx, db, tablesFor(prefix), "")
+}
+
+// Demote forces a re-election: it asks the current leader to step down,
+// which it does at its next keepalive (its term's context is cancelled and,
+// under Run, its function returns before the lock is released). If the
+// leader has not stepped down within its lease plus margin, Demote kills its
+// session; the next term then waits until that leader's lease has certainly
+// expired before it starts. Demote returns once the term has ended,
+// reporting whether a kill was needed. Without a leader it returns
+// ErrNoLeader.
+func (o *Operator) Demote(ctx context.Context) (killed bool, err error) {
+	return o.demote(ctx, "")
+}
+
+// Handover asks the current leader to step down for the live candidate
+// named identity: other candidates that win the lock while the hand-over is
+// pending give it back. It refuses with ErrNotCandidate, changing nothing,
+// unless identity is a live candidate. It returns as Demote does; the
+// target then leads as soon as it wins the lock.
+func (o *Operator) Handover(ctx context.Context, identity string) (killed bool, err error) {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return false, err
+	}
+	alive, err := o.st.isCandidate(ctx, lock, identity)
+	if err != nil {
+		return false, err
+	}
+	if !alive {
+		return false, fmt.Errorf("%w: no candidate %q of election %q has sent a heartbeat lately; list them with Candidates (electctl candidates)", ErrNotCandidate, identity, o.st.name)
+	}
+	return o.demote(ctx, identity)
+}
+
+// demote asks the leader to step down (for the candidate to, if named),
+// then watches the record until its term has ended, killing it once it is
+// overdue.
+func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return false, err
+	}
+	rec, err := o.st.record(ctx, o.st.db, lock)
+	if err != nil {
+		return false, err
+	}
+	if !rec.Leading() {
+		return false, ErrNoLeader
+	}
+	if to != "" && rec.Identity == to {
+		return false, nil // already leads
+	}
+	if err := o.request(ctx, lock, rec.Token, to); err != nil {
+		return false, err
+	}
+	poll := time.NewTicker(min(o.st.cfg.Interval, 50*time.Millisecond))
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-poll.C:
+		}
+		cur, err := o.st.record(ctx, o.st.db, lock)
+		if err != nil {
+			return false, err
+		}
+		if cur.Token != rec.Token || cur.State != stateLeading || !cur.holds() {
+			return false, nil // the term has ended
+		}
+		if why := cur.overdue(); why != "" {
+			if err := kill(ctx, o.st.db, o.st, cur, why, o.log); err != nil {
+				return true, err
+			}
+			return true, o.st.endTerm(ctx, o.st.db, lock, cur.Token, why)
+		}
+	}
+}
+
+// request writes the demotion of term token (and the hand-over target, if
+// any) into the record, where the leader's next keepalive finds it.
+func (o *Operator) request(ctx context.Context, lock string, token uint64, to string) error {
+	var handTo any
+	if to != "" {
+		handTo = to
+	}
+	// The hand-over preference outlives the demotion long enough for the
+	// target to win the lock, and no longer: a target that died meanwhile
+	// must not block the election.
+	res, err := o.st.db.ExecContext(ctx, "UPDATE `"+o.st.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
+		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL 3 * lease_us MICROSECOND "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", handTo, lock, token, stateLeading)
+	if err != nil {
+		return fmt.Errorf("election: requesting the demotion: %w", schemaError(o.st.tbl, err))
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return ErrNoLeader // the term ended meanwhile
+	}
+	return nil
+}
+
+// kill ends, through q, the session of a holder that Record.overdue found
+// stuck or disobedient; the caller then records the term's end (endTerm).
+// rec must come from a read that cross-checked the lock owner with
+// IS_USED_LOCK; no other session id is ever killed. A refused kill returns
+// ErrKillDenied with the grant to give.
+func kill(ctx context.Context, q querier, st *store, rec Record, why string, log *slog.Logger) error {
+	if _, err := q.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
+		var me *mysql.MySQLError
+		switch {
+		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
+		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
+			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
+				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
+				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
+			st.cfg.Observer.killed(st.name, why, err)
+			return err
+		default:
+			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
+		}
+	}
+	st.cfg.Observer.killed(st.name, why, nil)
+	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
+	return nil
+}

@@ -1,0 +1,278 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// errTransient marks a renewal that failed but may succeed if tried again
+// within the lease (a lease row reached through the pool).
+var errTransient = errors.New("transient")
+
+// holder is a strategy's hold on a won election, as a Term drives it.
+type holder interface {
+	// renew confirms, within ctx, that the hold is still ours and extends it.
+	// An error wrapping errTransient leaves the term to its lease.
+	renew(ctx context.Context) error
+	// release records why the leader chose to end the term and gives the
+	// election up for the next candidate.
+	release(ctx context.Context, why string) error
+	// lost records why a term ended that the leader did not choose to end.
+	lost(ctx context.Context, why string) error
+	// close frees every resource; the hold is gone for sure afterwards.
+	close()
+}
+
+// won is a strategy's hold on an election it has just won.
+type won struct {
+	h     holder
+	token uint64
+	sent  time.Time     // when the statement that won was sent: the lease counts from there
+	delay time.Duration // the lock-delay owed to a predecessor that was killed
+}
+
+// Term is one period of leadership: it starts when Campaign returns and ends
+// when its context is cancelled. Its token is higher than that of every
+// earlier term of the election.
+//
+// When a term ends because an operator demoted it (Err is ErrDemoted), its
+// context is cancelled at once but the lock is kept until Resign is called,
+// or the lease runs out, so that the next leader starts only after this
+// one's code has stopped: call Resign when the work has stopped (Run does).
+type Term struct {
+	st    *store // the election's rows and this candidate's configuration
+	log   *slog.Logger
+	h     holder
+	token uint64
+	start time.Time // local, when the term began
+	onEnd func()    // called once the hold is gone for sure
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	resign chan struct{} // closed by the first Resign
+	once   sync.Once
+	done   chan struct{} // closed when the hold is released and dropped
+
+	mu    sync.Mutex
+	until time.Time   // end of the local lease (monotonic)
+	timer *time.Timer // cancels ctx at until
+	ended time.Time   // when the keepalive loop saw the term end
+}
+
+// newTerm starts the keepalive loop of a term won with w; the term ends
+// with parent.
+func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := &Term{
+		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd,
+		log: log.With("token", w.token),
+		ctx: ctx, cancel: cancel,
+		resign: make(chan struct{}), done: make(chan struct{}),
+		until: w.sent.Add(st.cfg.Lease),
+	}
+	t.timer = time.AfterFunc(time.Until(t.until), func() { cancel(ErrLeaseExpired) })
+	go t.keep(parent)
+	return t
+}
+
+// Token returns the term's fencing token: the election's epoch for this
+// term, higher than that of every earlier term.
+func (t *Term) Token() uint64 { return t.token }
+
+// Context returns a context that is cancelled when the term ends or may have
+// ended. The leader must stop acting when it is done.
+func (t *Term) Context() context.Context { return t.ctx }
+
+// Done returns a channel that is closed when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
+
+// Err returns nil while the term lasts and why it ended afterwards:
+// ErrResigned, ErrLeaseExpired, ErrSessionLost, ErrLockLost, or the cause of
+// the Campaign context's end.
+func (t *Term) Err() error {
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(t.ctx)
+}
+
+// IsLeader reports whether the term lasts and its local lease is valid,
+// reading the monotonic clock itself rather than waiting for a timer.
+func (t *Term) IsLeader() bool {
+	t.mu.Lock()
+	until := t.until
+	t.mu.Unlock()
+	return t.ctx.Err() == nil && time.Now().Before(until)
+}
+
+// Resign ends the term, if it lasts, and gives the election up so that the
+// next candidate leads at once. It cancels the term's context first, so call
+// it once the leader's work has stopped. It returns when the lock is
+// released and the session dropped, or when ctx ends; the release itself
+// never waits past the local lease.
+func (t *Term) Resign(ctx context.Context) error {
+	t.once.Do(func() { close(t.resign) })
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// endCause says why IsLeader is false: the term's end, or a lapsed lease
+// whose timer has not fired yet.
+func (t *Term) endCause() error {
+	if err := t.Err(); err != nil {
+		return err
+	}
+	return ErrLeaseExpired
+}
+
+// endedAt returns when the term was seen to end, zero while it lasts.
+func (t *Term) endedAt() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ended
+}
+
+// deadline returns the end of the local lease.
+func (t *Term) deadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.until
+}
+
+// extend moves the lease to sent+Lease, unless it has already expired.
+func (t *Term) extend(sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.timer.Stop() {
+		return // the lease ran out while the keepalive was in flight
+	}
+	t.until = sent.Add(t.st.cfg.Lease)
+	t.timer.Reset(time.Until(t.until))
+}
+
+// keep renews the term every Interval until it ends, then ends it: see
+// finish.
+func (t *Term) keep(parent context.Context) {
+	defer close(t.done)
+	defer t.onEnd()
+	defer t.h.close()
+	defer t.timer.Stop()
+	t.log.Info("term started")
+	t.st.cfg.Observer.termStarted(t.st.name, t.st.cfg.Identity, t.token)
+	tick := time.NewTicker(t.st.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.resign:
+			t.cancel(ErrResigned)
+		case <-t.ctx.Done():
+		case <-tick.C:
+			t.renew()
+			continue
+		}
+		break
+	}
+	t.finish(parent)
+}
+
+// renew runs one keepalive: it extends the lease when confirmed, and ends
+// the term when it fails for good.
+func (t *Term) renew() {
+	sent := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
+	err := t.h.renew(ctx)
+	cancel()
+	t.st.cfg.Observer.renewed(t.st.name, time.Since(sent), err)
+	switch {
+	case err == nil:
+		t.extend(sent)
+	case errors.Is(err, errTransient) && time.Now().Before(t.deadline()):
+		t.log.Warn("keepalive failed; retrying within the lease", "err", err)
+	case !time.Now().Before(t.deadline()):
+		t.cancel(ErrLeaseExpired) // the keepalive was cut off by the lease
+	default:
+		t.cancel(err)
+	}
+}
+
+// finish records why the term ended. An end the leader chose (Resign, the
+// campaign's context) or was asked for (demote, hand-over) releases the
+// election so the next candidate need not wait; other ends are recorded
+// through the pool, since the session may be gone.
+func (t *Term) finish(parent context.Context) {
+	t.mu.Lock()
+	t.ended = time.Now()
+	t.mu.Unlock()
+	reason := context.Cause(t.ctx)
+	why := t.why(reason, parent)
+	if why == stateDemoted || why == stateHandedOver {
+		// The leader did not choose this end: its code gets until Resign
+		// (Run calls it once fn has returned), within the lease, to stop
+		// before the next leader can start.
+		select {
+		case <-t.resign:
+		case <-time.After(time.Until(t.deadline())):
+		}
+	}
+	if why == stateResigned || why == stateDemoted || why == stateHandedOver {
+		// Never past the lease.
+		ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
+		if err := t.h.release(ctx, why); err != nil {
+			t.log.Warn("release failed; dropping the session instead", "err", err)
+		}
+		cancel()
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), t.st.cfg.Interval)
+		if err := t.h.lost(ctx, why); err != nil {
+			t.log.Warn("could not record why the term ended", "reason", why, "err", err)
+		}
+		cancel()
+	}
+	t.log.Info("term ended", "reason", reason)
+	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, why)
+}
+
+// why names a term's end for the record and the history.
+func (t *Term) why(reason error, parent context.Context) string {
+	switch {
+	case errors.Is(reason, ErrResigned), parent.Err() != nil && errors.Is(reason, context.Cause(parent)):
+		return stateResigned
+	case errors.Is(reason, errHandedOver):
+		return stateHandedOver
+	case errors.Is(reason, ErrDemoted):
+		return stateDemoted
+	case errors.Is(reason, ErrLeaseExpired):
+		return stateLeaseExpired
+	case errors.Is(reason, ErrLockLost):
+		return stateLockLost
+	}
+	return stateSessionLost
+}
+
+// waitLockDelay holds a new term back for delay, keeping it renewed, when
+// its predecessor was asked to step down and had to be killed: that
+// leader's lease may still run. It returns the term's end if it ends first.
+func (t *Term) waitLockDelay(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return nil
+	}
+	t.log.Info("waiting out the lock-delay of a killed leader", "delay", delay)
+	select {
+	case <-time.After(delay):
+		return nil
+	case <-t.Done():
+		t.Resign(context.WithoutCancel(ctx))
+		return fmt.Errorf("election: the term ended during the lock-delay: %w", t.Err())
+	case <-ctx.Done():
+		t.Resign(context.WithoutCancel(ctx))
+		return ctx.Err()
+	}
+}
