@@ -55,16 +55,11 @@ func main() {
 }
 
 func run(ctx context.Context, id string, every time.Duration) error {
-	dsn, cleanup, err := exampledb.Open(ctx, "cron")
+	db, cleanup, err := exampledb.Pool(ctx, "cron")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	if _, err := db.ExecContext(ctx, createRuns); err != nil {
 		return err
 	}

@@ -20,7 +20,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -182,16 +181,11 @@ func (w *statusWriter) WriteHeader(code int) {
 
 // client writes to the store while it leads.
 func client(ctx context.Context, storeURL string, cfg election.Config) error {
-	dsn, cleanup, err := exampledb.Open(ctx, "fencedstore")
+	db, cleanup, err := exampledb.Pool(ctx, "fencedstore")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	e, err := election.New(db, "fencedstore", cfg)
 	if err != nil {
 		return err

@@ -63,16 +63,11 @@ func main() {
 }
 
 func run(ctx context.Context, id string, n int, work time.Duration) error {
-	dsn, cleanup, err := exampledb.Open(ctx, "queue")
+	db, cleanup, err := exampledb.Pool(ctx, "queue")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	if err := setup(ctx, db); err != nil {
 		return err
 	}

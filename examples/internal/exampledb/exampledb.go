@@ -52,3 +52,18 @@ func Open(ctx context.Context, name string) (dsn string, cleanup func(), err err
 	fmt.Fprintf(os.Stderr, "started %s\nmore instances can use it with ELECTION_DSN='%s'\n", s.Describe(), dsn)
 	return dsn, s.Close, nil
 }
+
+// Pool is Open with a pool on the database; cleanup closes the pool, then
+// stops the server Open started, if any.
+func Pool(ctx context.Context, name string) (db *sql.DB, cleanup func(), err error) {
+	dsn, stop, err := Open(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err = sql.Open("mysql", dsn)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return db, func() { db.Close(); stop() }, nil
+}
