@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,9 +15,9 @@ import (
 // own and waits in GET_LOCK; the server hands the lock to the next waiter
 // the moment the holder's session ends.
 type getLock struct {
-	st    *store
-	log   *slog.Logger
-	stats *counters // kills of stuck leaders
+	st                 *store
+	log                *slog.Logger
+	kills, killsDenied *atomic.Uint64 // the Elector's Stats
 }
 
 // pinned is one candidate's own server session. Lock, keepalive and
@@ -147,14 +148,14 @@ func (s *pinned) contend(ctx context.Context) error {
 	err = kill(ctx, s.conn, st, rec, why, s.g.log)
 	switch {
 	case errors.Is(err, ErrKillDenied):
-		s.g.stats.killsDenied.Add(1)
+		s.g.killsDenied.Add(1)
 		// Never take over without the kill: keep waiting, and say why.
 		s.g.log.Error("cannot end a stuck leader's session", "err", err, "holder", rec.Identity, "conn_id", rec.ConnID)
 		return nil
 	case err != nil:
 		return err
 	}
-	s.g.stats.kills.Add(1)
+	s.g.kills.Add(1)
 	return st.endTerm(ctx, s.conn, s.lock, rec.Token, why)
 }
 

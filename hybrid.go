@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -91,6 +92,40 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 	lock = lockName(database.String, s.cfg.TablePrefix, s.name)
 	s.mu.Lock()
 	s.lock = lock
+	s.mu.Unlock()
+	return lock, nil
+}
+
+// prepare creates or checks the tables and reads the server's platform,
+// once, before a candidate's first campaign; it returns the lock name.
+func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
+	lock, err := s.lockName(ctx)
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if err != nil || ready {
+		return lock, err
+	}
+	check := checkSchema
+	if !s.cfg.SkipCreateTables {
+		check = createSchema
+	}
+	if err := check(ctx, s.db, s.tbl); err != nil {
+		return "", err
+	}
+	p, err := detectPlatform(ctx, s.db)
+	if err != nil {
+		return "", err
+	}
+	warnings, err := p.check(s.cfg.Strategy)
+	if err != nil {
+		return "", err
+	}
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	s.mu.Lock()
+	s.ready = true
 	s.mu.Unlock()
 	return lock, nil
 }

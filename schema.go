@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -149,40 +148,6 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 		}
 	}
 	return nil
-}
-
-// prepare creates or checks the tables and reads the server's platform,
-// once, before a candidate's first campaign; it returns the lock name.
-func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
-	lock, err := s.lockName(ctx)
-	s.mu.Lock()
-	ready := s.ready
-	s.mu.Unlock()
-	if err != nil || ready {
-		return lock, err
-	}
-	check := checkSchema
-	if !s.cfg.SkipCreateTables {
-		check = createSchema
-	}
-	if err := check(ctx, s.db, s.tbl); err != nil {
-		return "", err
-	}
-	p, err := detectPlatform(ctx, s.db)
-	if err != nil {
-		return "", err
-	}
-	warnings, err := p.check(s.cfg.Strategy)
-	if err != nil {
-		return "", err
-	}
-	for _, w := range warnings {
-		log.Warn(w)
-	}
-	s.mu.Lock()
-	s.ready = true
-	s.mu.Unlock()
-	return lock, nil
 }
 
 // checkSchema verifies that the tables exist and can be read.

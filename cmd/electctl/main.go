@@ -79,6 +79,7 @@ var commands = map[string][]string{
 	"demote": {"NAME"}, "handover": {"NAME", "ID"}, "check": {"NAME", "ID"}, "schema": nil,
 }
 
+// cli is one run of electctl: its output, its flags and its database.
 type cli struct {
 	out, errOut io.Writer
 	dsn         string
@@ -90,26 +91,91 @@ type cli struct {
 	db          *sql.DB
 }
 
+// run parses args, opens the database, runs the command and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &cli{out: stdout, errOut: stderr}
-	// Flags may come before or after the command.
-	cmd, rest := "", []string(nil)
-	for i, a := range args {
-		if _, ok := commands[a]; ok {
-			cmd, rest = a, append(append([]string{}, args[:i]...), args[i+1:]...)
-			break
-		}
+	cmd, pos, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
+	if cmd == "schema" {
+		return c.schema()
+	}
+	cfg, code, ok := c.open()
+	if !ok {
+		return code
+	}
+	defer c.db.Close()
+	if cmd != "watch" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	if err := c.db.PingContext(ctx); err != nil {
+		fmt.Fprintf(c.errOut, "electctl: cannot reach %s: %v\n", redact(cfg), err)
+		return exitError
+	}
+	return c.dispatch(ctx, cmd, pos)
+}
+
+// parse finds the command, its flags and its positional arguments; when ok is
+// false it has printed usage or a flag error and run exits with code.
+func (c *cli) parse(args []string) (cmd string, pos []string, code int, ok bool) {
+	cmd, rest := splitCommand(args)
 	if cmd == "" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprint(stdout, usage)
-			return exitOK
+			fmt.Fprint(c.out, usage)
+			return "", nil, exitOK, false
 		}
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		fmt.Fprint(c.errOut, usage)
+		return "", nil, exitUsage, false
 	}
+	fs := c.flagSet(cmd)
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return cmd, nil, exitOK, false
+			}
+			return cmd, nil, exitUsage, false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if want := commands[cmd]; len(pos) < required(want) || len(pos) > len(want) {
+		fs.Usage()
+		return cmd, nil, exitUsage, false
+	}
+	return cmd, pos, exitOK, true
+}
+
+// splitCommand finds the first command word in args, so that flags may come
+// before or after it, and returns it with the other arguments.
+func splitCommand(args []string) (cmd string, rest []string) {
+	for i, a := range args {
+		if _, ok := commands[a]; ok {
+			return a, append(append([]string{}, args[:i]...), args[i+1:]...)
+		}
+	}
+	return "", nil
+}
+
+// required counts the positional arguments a command cannot do without.
+func required(want []string) int {
+	n := 0
+	for _, w := range want {
+		if !strings.HasSuffix(w, "?") {
+			n++
+		}
+	}
+	return n
+}
+
+// flagSet defines the flags of cmd into c, and its --help text.
+func (c *cli) flagSet(cmd string) *flag.FlagSet {
 	fs := flag.NewFlagSet("electctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(c.errOut)
 	fs.StringVar(&c.dsn, "dsn", os.Getenv("ELECTION_DSN"), "the database, as user:pass@tcp(host:3306)/dbname (default $ELECTION_DSN)")
 	fs.StringVar(&c.prefix, "prefix", election.DefaultTablePrefix, "the tables' prefix")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
@@ -121,64 +187,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.DurationVar(&c.interval, "interval", 250*time.Millisecond, "how often to read the election (at most 2.5s)")
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: electctl %s [flags] %s\n\nflags:\n", cmd, strings.ReplaceAll(strings.Join(commands[cmd], " "), "?", " (optional)"))
+		fmt.Fprintf(c.errOut, "usage: electctl %s [flags] %s\n\nflags:\n", cmd, strings.ReplaceAll(strings.Join(commands[cmd], " "), "?", " (optional)"))
 		fs.PrintDefaults()
 	}
-	var pos []string
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
-			}
-			return exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
-	}
-	want := commands[cmd]
-	required := 0
-	for _, w := range want {
-		if !strings.HasSuffix(w, "?") {
-			required++
-		}
-	}
-	if len(pos) < required || len(pos) > len(want) {
-		fs.Usage()
-		return exitUsage
-	}
-	if cmd == "schema" {
-		return c.schema()
-	}
+	return fs
+}
+
+// open checks the --dsn and opens (but does not yet reach) the database into
+// c.db; when ok is false it has printed why and run exits with code.
+func (c *cli) open() (cfg *mysql.Config, code int, ok bool) {
 	if c.dsn == "" {
-		fmt.Fprintln(stderr, "electctl: no database: pass --dsn user:pass@tcp(host:3306)/dbname or set ELECTION_DSN")
-		return exitUsage
+		fmt.Fprintln(c.errOut, "electctl: no database: pass --dsn user:pass@tcp(host:3306)/dbname or set ELECTION_DSN")
+		return nil, exitUsage, false
 	}
 	cfg, err := mysql.ParseDSN(c.dsn)
 	if err != nil {
-		fmt.Fprintf(stderr, "electctl: --dsn is not a valid DSN: %v\n", err)
-		return exitUsage
+		fmt.Fprintf(c.errOut, "electctl: --dsn is not a valid DSN: %v\n", err)
+		return nil, exitUsage, false
 	}
 	if cfg.DBName == "" {
-		fmt.Fprintf(stderr, "electctl: the DSN %s names no database; add /dbname\n", redact(cfg))
-		return exitUsage
+		fmt.Fprintf(c.errOut, "electctl: the DSN %s names no database; add /dbname\n", redact(cfg))
+		return nil, exitUsage, false
 	}
 	c.db, err = sql.Open("mysql", c.dsn)
 	if err != nil {
-		fmt.Fprintf(stderr, "electctl: %v\n", err)
-		return exitError
+		fmt.Fprintf(c.errOut, "electctl: %v\n", err)
+		return nil, exitError, false
 	}
-	defer c.db.Close()
-	if cmd != "watch" {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	if err := c.db.PingContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "electctl: cannot reach %s: %v\n", redact(cfg), err)
-		return exitError
-	}
+	return cfg, exitOK, true
+}
+
+// dispatch runs the command cmd, which needs the database, with its
+// positional arguments.
+func (c *cli) dispatch(ctx context.Context, cmd string, pos []string) int {
 	switch cmd {
 	case "status":
 		if len(pos) == 0 {
@@ -199,6 +240,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return c.check(ctx, pos[0], pos[1])
 	}
 	return exitUsage
+}
+
+// schema prints the DDL of the tables with --prefix; it needs no database.
+func (c *cli) schema() int {
+	ddl, err := election.SchemaDDL(c.prefix)
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprint(c.out, ddl)
+	return exitOK
 }
 
 // redact prints a DSN without its password.
@@ -231,6 +282,13 @@ func (c *cli) fail(err error) int {
 	return exitError
 }
 
+// noTerm tells the operator that election name has never had a leader.
+func (c *cli) noTerm(name string) int {
+	fmt.Fprintf(c.errOut, "electctl: election %q not found: it has had no term\n", name)
+	return exitNotFound
+}
+
+// printJSON prints v as indented JSON.
 func (c *cli) printJSON(v any) int {
 	enc := json.NewEncoder(c.out)
 	enc.SetIndent("", "  ")
@@ -240,6 +298,7 @@ func (c *cli) printJSON(v any) int {
 	return exitOK
 }
 
+// table prints rows of tab-separated cells under header, aligned.
 func (c *cli) table(header string, rows [][]string) {
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, header)
@@ -249,6 +308,7 @@ func (c *cli) table(header string, rows [][]string) {
 	w.Flush()
 }
 
+// stamp prints a time in UTC to the millisecond, or - for none.
 func stamp(t time.Time) string {
 	if t.IsZero() {
 		return "-"
@@ -256,306 +316,8 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
 }
 
+// ago prints how long ago something was, to the millisecond.
 func ago(d time.Duration) string { return d.Round(time.Millisecond).String() + " ago" }
 
-// recordView is the JSON form of a record.
-type recordView struct {
-	Election     string  `json:"election"`
-	Strategy     string  `json:"strategy"`
-	Leading      bool    `json:"leading"`
-	State        string  `json:"state"`
-	Leader       string  `json:"leader"`
-	Host         string  `json:"host"`
-	PID          int     `json:"pid"`
-	Token        uint64  `json:"token"`
-	Since        string  `json:"since"`
-	RenewedAgoMS float64 `json:"renewed_ago_ms"`
-	ExpiryMS     float64 `json:"expiry_ms"`
-	ConnID       uint64  `json:"conn_id"`
-	LockConnID   uint64  `json:"lock_conn_id"`
-	Demoting     bool    `json:"demotion_pending"`
-	HandoverTo   string  `json:"handover_to,omitempty"`
-}
-
+// ms gives a duration in milliseconds, for JSON.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func view(r election.Record) recordView {
-	return recordView{
-		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
-		Token: r.Token, Since: stamp(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
-		ConnID: r.ConnID, LockConnID: r.LockConnID, Demoting: r.DemotedAgo > 0, HandoverTo: r.HandoverTo,
-	}
-}
-
-// lockState says whether the lock is held by the recorded session.
-func lockState(r election.Record) string {
-	switch {
-	case r.Strategy == election.LeaseRow.String():
-		return "not used (lease)"
-	case r.LockConnID == 0:
-		return "free"
-	case r.LockConnID == r.ConnID:
-		return fmt.Sprintf("held by session %d (recorded)", r.LockConnID)
-	}
-	return fmt.Sprintf("held by session %d (not the recorded %d)", r.LockConnID, r.ConnID)
-}
-
-func (c *cli) statusAll(ctx context.Context) int {
-	recs, err := election.Elections(ctx, c.db, c.prefix)
-	if err != nil {
-		return c.fail(err)
-	}
-	if c.json {
-		views := []recordView{}
-		for _, r := range recs {
-			views = append(views, view(r))
-		}
-		return c.printJSON(views)
-	}
-	var rows [][]string
-	for _, r := range recs {
-		leader, state := r.Identity, r.State
-		if !r.Leading() {
-			leader = "(none)"
-			if r.State == "leading" {
-				state = "stale"
-			}
-		}
-		rows = append(rows, []string{r.Name, r.Strategy, leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
-	}
-	c.table("ELECTION\tSTRATEGY\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK", rows)
-	return exitOK
-}
-
-func (c *cli) status(ctx context.Context, name string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	r, err := e.Leader(ctx)
-	if errors.Is(err, election.ErrNoLeader) && r.Token == 0 {
-		fmt.Fprintf(c.errOut, "electctl: election %q not found: it has had no term\n", name)
-		return exitNotFound
-	}
-	if err != nil && !errors.Is(err, election.ErrNoLeader) {
-		return c.fail(err)
-	}
-	code := exitOK
-	if !r.Leading() {
-		code = exitNoLeader
-	}
-	if c.json {
-		c.printJSON(view(r))
-		return code
-	}
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	if r.Leading() {
-		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\t%s (host %s, pid %d)\ntoken:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
-			r.Name, r.Strategy, r.Identity, r.Host, r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
-		if r.DemotedAgo > 0 {
-			fmt.Fprintf(w, "demotion:\trequested %s", ago(r.DemotedAgo))
-			if r.HandoverTo != "" {
-				fmt.Fprintf(w, ", hand-over to %s", r.HandoverTo)
-			}
-			fmt.Fprintln(w)
-		}
-	} else {
-		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\tnone\nlast term:\t%d, %s (host %s), %s\nended:\t%s\nlock:\t%s\n",
-			r.Name, r.Strategy, r.Token, r.Identity, r.Host, r.State, stamp(r.Ended), lockState(r))
-	}
-	w.Flush()
-	return code
-}
-
-func (c *cli) watch(ctx context.Context, name string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	enc := json.NewEncoder(c.out)
-	for ev := range e.Watch(ctx) {
-		if c.json {
-			enc.Encode(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At)})
-			continue
-		}
-		switch {
-		case ev.Leading:
-			fmt.Fprintf(c.out, "%s  term %d started: %s leads\n", stamp(ev.At), ev.Token, ev.Identity)
-		case ev.Token == 0:
-			fmt.Fprintf(c.out, "%s  no leader: the election has had no term\n", stamp(time.Now()))
-		default:
-			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s): no leader\n", stamp(ev.At), ev.Token, ev.Identity, ev.Reason)
-		}
-	}
-	return exitOK
-}
-
-func (c *cli) history(ctx context.Context, name string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	hist, err := e.History(ctx, c.limit)
-	if err != nil {
-		return c.fail(err)
-	}
-	if len(hist) == 0 {
-		fmt.Fprintf(c.errOut, "electctl: election %q not found: it has had no term\n", name)
-		return exitNotFound
-	}
-	if c.json {
-		type termView struct {
-			Token    uint64 `json:"token"`
-			Leader   string `json:"leader"`
-			Host     string `json:"host"`
-			PID      int    `json:"pid"`
-			Started  string `json:"started"`
-			Ended    string `json:"ended"`
-			Reason   string `json:"reason"`
-			Duration string `json:"duration"`
-		}
-		views := []termView{}
-		for _, t := range hist {
-			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, stamp(t.Started), stamp(t.Ended), t.Reason, duration(t)})
-		}
-		return c.printJSON(views)
-	}
-	var rows [][]string
-	for _, t := range hist {
-		reason := t.Reason
-		if reason == "" {
-			reason = "(leading)"
-		}
-		rows = append(rows, []string{fmt.Sprint(t.Token), t.Identity, t.Host, fmt.Sprint(t.PID), stamp(t.Started), stamp(t.Ended), duration(t), reason})
-	}
-	c.table("TOKEN\tLEADER\tHOST\tPID\tSTARTED\tENDED\tLASTED\tREASON", rows)
-	return exitOK
-}
-
-func duration(t election.TermRecord) string {
-	if t.Ended.IsZero() {
-		return "-"
-	}
-	return t.Ended.Sub(t.Started).Round(time.Millisecond).String()
-}
-
-func (c *cli) candidates(ctx context.Context, name string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	cs, err := e.Candidates(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if len(cs) == 0 {
-		fmt.Fprintf(c.errOut, "electctl: election %q has no candidates\n", name)
-		return exitNotFound
-	}
-	if c.json {
-		type candView struct {
-			Identity  string  `json:"identity"`
-			Host      string  `json:"host"`
-			PID       int     `json:"pid"`
-			Since     string  `json:"since"`
-			SeenAgoMS float64 `json:"seen_ago_ms"`
-			Alive     bool    `json:"alive"`
-			Leader    bool    `json:"leader"`
-		}
-		views := []candView{}
-		for _, k := range cs {
-			views = append(views, candView{k.Identity, k.Host, k.PID, stamp(k.Since), ms(k.SeenAgo), k.Alive, k.Leader})
-		}
-		return c.printJSON(views)
-	}
-	var rows [][]string
-	for _, k := range cs {
-		role := "candidate"
-		switch {
-		case k.Leader:
-			role = "leader"
-		case !k.Alive:
-			role = "dead"
-		}
-		rows = append(rows, []string{k.Identity, role, k.Host, fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo)})
-	}
-	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN", rows)
-	return exitOK
-}
-
-func (c *cli) demote(ctx context.Context, name, to string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	before, err := e.Leader(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if to != "" && to == before.Identity {
-		fmt.Fprintf(c.out, "%s leads already (token %d)\n", to, before.Token)
-		return exitOK
-	}
-	var killed bool
-	if to == "" {
-		killed, err = e.Demote(ctx)
-	} else {
-		killed, err = e.Handover(ctx, to)
-	}
-	if err != nil {
-		return c.fail(err)
-	}
-	// Wait for the next leader, so that the operator sees the outcome.
-	var after election.Record
-	for {
-		after, err = e.Leader(ctx)
-		if err == nil && after.Token != before.Token && (to == "" || after.Identity == to) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			fmt.Fprintf(c.errOut, "electctl: term %d of %s ended, but no new leader within --timeout\n", before.Token, before.Identity)
-			return exitNoLeader
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	how := "stepped down"
-	if killed {
-		how = "did not step down in time; its session was killed"
-	}
-	if c.json {
-		return c.printJSON(map[string]any{"old_leader": before.Identity, "old_token": before.Token, "killed": killed,
-			"new_leader": after.Identity, "new_token": after.Token})
-	}
-	fmt.Fprintf(c.out, "%s (token %d) %s\n%s leads now (token %d)\n", before.Identity, before.Token, how, after.Identity, after.Token)
-	return exitOK
-}
-
-func (c *cli) check(ctx context.Context, name, id string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	r, err := e.Leader(ctx)
-	switch {
-	case errors.Is(err, election.ErrNoLeader):
-		fmt.Fprintln(c.out, "no leader")
-		return exitNoLeader
-	case err != nil:
-		return c.fail(err)
-	case r.Identity != id:
-		fmt.Fprintf(c.out, "%s leads, not %s\n", r.Identity, id)
-		return exitNotLeader
-	}
-	fmt.Fprintf(c.out, "%s leads (token %d)\n", id, r.Token)
-	return exitOK
-}
-
-func (c *cli) schema() int {
-	ddl, err := election.SchemaDDL(c.prefix)
-	if err != nil {
-		return c.fail(err)
-	}
-	fmt.Fprint(c.out, ddl)
-	return exitOK
-}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// watch prints every change of leader of election name until interrupted.
+func (c *cli) watch(ctx context.Context, name string) int {
+	e, err := c.operator(name)
+	if err != nil {
+		return c.fail(err)
+	}
+	enc := json.NewEncoder(c.out)
+	for ev := range e.Watch(ctx) {
+		if c.json {
+			enc.Encode(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At)})
+			continue
+		}
+		switch {
+		case ev.Leading:
+			fmt.Fprintf(c.out, "%s  term %d started: %s leads\n", stamp(ev.At), ev.Token, ev.Identity)
+		case ev.Token == 0:
+			fmt.Fprintf(c.out, "%s  no leader: the election has had no term\n", stamp(time.Now()))
+		default:
+			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s): no leader\n", stamp(ev.At), ev.Token, ev.Identity, ev.Reason)
+		}
+	}
+	return exitOK
+}
+
+// history prints the last --limit terms of election name, newest first.
+func (c *cli) history(ctx context.Context, name string) int {
+	e, err := c.operator(name)
+	if err != nil {
+		return c.fail(err)
+	}
+	hist, err := e.History(ctx, c.limit)
+	if err != nil {
+		return c.fail(err)
+	}
+	if len(hist) == 0 {
+		return c.noTerm(name)
+	}
+	if c.json {
+		type termView struct {
+			Token    uint64 `json:"token"`
+			Leader   string `json:"leader"`
+			Host     string `json:"host"`
+			PID      int    `json:"pid"`
+			Started  string `json:"started"`
+			Ended    string `json:"ended"`
+			Reason   string `json:"reason"`
+			Duration string `json:"duration"`
+		}
+		views := []termView{}
+		for _, t := range hist {
+			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, stamp(t.Started), stamp(t.Ended), t.Reason, duration(t)})
+		}
+		return c.printJSON(views)
+	}
+	var rows [][]string
+	for _, t := range hist {
+		reason := t.Reason
+		if reason == "" {
+			reason = "(leading)"
+		}
+		rows = append(rows, []string{fmt.Sprint(t.Token), t.Identity, t.Host, fmt.Sprint(t.PID), stamp(t.Started), stamp(t.Ended), duration(t), reason})
+	}
+	c.table("TOKEN\tLEADER\tHOST\tPID\tSTARTED\tENDED\tLASTED\tREASON", rows)
+	return exitOK
+}
+
+// duration prints how long a term lasted, or - while it goes on.
+func duration(t election.TermRecord) string {
+	if t.Ended.IsZero() {
+		return "-"
+	}
+	return t.Ended.Sub(t.Started).Round(time.Millisecond).String()
+}

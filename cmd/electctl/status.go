@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/sqlelect/election"
+)
+
+// recordView is the JSON form of a record.
+type recordView struct {
+	Election     string  `json:"election"`
+	Strategy     string  `json:"strategy"`
+	Leading      bool    `json:"leading"`
+	State        string  `json:"state"`
+	Leader       string  `json:"leader"`
+	Host         string  `json:"host"`
+	PID          int     `json:"pid"`
+	Token        uint64  `json:"token"`
+	Since        string  `json:"since"`
+	RenewedAgoMS float64 `json:"renewed_ago_ms"`
+	ExpiryMS     float64 `json:"expiry_ms"`
+	ConnID       uint64  `json:"conn_id"`
+	LockConnID   uint64  `json:"lock_conn_id"`
+	Demoting     bool    `json:"demotion_pending"`
+	HandoverTo   string  `json:"handover_to,omitempty"`
+}
+
+// view gives the JSON form of an election's record.
+func view(r election.Record) recordView {
+	return recordView{
+		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
+		Token: r.Token, Since: stamp(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
+		ConnID: r.ConnID, LockConnID: r.LockConnID, Demoting: r.DemotedAgo > 0, HandoverTo: r.HandoverTo,
+	}
+}
+
+// lockState says whether the lock is held by the recorded session.
+func lockState(r election.Record) string {
+	switch {
+	case r.Strategy == election.LeaseRow.String():
+		return "not used (lease)"
+	case r.LockConnID == 0:
+		return "free"
+	case r.LockConnID == r.ConnID:
+		return fmt.Sprintf("held by session %d (recorded)", r.LockConnID)
+	}
+	return fmt.Sprintf("held by session %d (not the recorded %d)", r.LockConnID, r.ConnID)
+}
+
+// statusAll prints every election of the database: who leads, since when, and the lock.
+func (c *cli) statusAll(ctx context.Context) int {
+	recs, err := election.Elections(ctx, c.db, c.prefix)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		views := []recordView{}
+		for _, r := range recs {
+			views = append(views, view(r))
+		}
+		return c.printJSON(views)
+	}
+	var rows [][]string
+	for _, r := range recs {
+		leader, state := r.Identity, r.State
+		if !r.Leading() {
+			leader = "(none)"
+			if r.State == "leading" {
+				state = "stale"
+			}
+		}
+		rows = append(rows, []string{r.Name, r.Strategy, leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
+	}
+	c.table("ELECTION\tSTRATEGY\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK", rows)
+	return exitOK
+}
+
+// status prints who leads election name, or how its last term ended; it exits
+// 3 when none leads.
+func (c *cli) status(ctx context.Context, name string) int {
+	e, err := c.operator(name)
+	if err != nil {
+		return c.fail(err)
+	}
+	r, err := e.Leader(ctx)
+	if errors.Is(err, election.ErrNoLeader) && r.Token == 0 {
+		return c.noTerm(name)
+	}
+	if err != nil && !errors.Is(err, election.ErrNoLeader) {
+		return c.fail(err)
+	}
+	code := exitOK
+	if !r.Leading() {
+		code = exitNoLeader
+	}
+	if c.json {
+		c.printJSON(view(r))
+		return code
+	}
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	if r.Leading() {
+		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\t%s (host %s, pid %d)\ntoken:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
+			r.Name, r.Strategy, r.Identity, r.Host, r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
+		if r.DemotedAgo > 0 {
+			fmt.Fprintf(w, "demotion:\trequested %s", ago(r.DemotedAgo))
+			if r.HandoverTo != "" {
+				fmt.Fprintf(w, ", hand-over to %s", r.HandoverTo)
+			}
+			fmt.Fprintln(w)
+		}
+	} else {
+		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\tnone\nlast term:\t%d, %s (host %s), %s\nended:\t%s\nlock:\t%s\n",
+			r.Name, r.Strategy, r.Token, r.Identity, r.Host, r.State, stamp(r.Ended), lockState(r))
+	}
+	w.Flush()
+	return code
+}
+
+// check exits 0 if id leads election name, 6 if another does and 3 if none:
+// a leader check for load balancers.
+func (c *cli) check(ctx context.Context, name, id string) int {
+	e, err := c.operator(name)
+	if err != nil {
+		return c.fail(err)
+	}
+	r, err := e.Leader(ctx)
+	switch {
+	case errors.Is(err, election.ErrNoLeader):
+		fmt.Fprintln(c.out, "no leader")
+		return exitNoLeader
+	case err != nil:
+		return c.fail(err)
+	case r.Identity != id:
+		fmt.Fprintf(c.out, "%s leads, not %s\n", r.Identity, id)
+		return exitNotLeader
+	}
+	fmt.Fprintf(c.out, "%s leads (token %d)\n", id, r.Token)
+	return exitOK
+}

@@ -1,0 +1,53 @@
+package election
+
+import "errors"
+
+// Errors callers branch on. Errors the package returns wrap them; use
+// errors.Is.
+var (
+	// ErrInvalidConfig: New was given input it cannot use; the message says
+	// which and how to fix it.
+	ErrInvalidConfig = errors.New("election: invalid configuration")
+	// ErrSchema: the tables are missing or the user may not use them; the
+	// message carries the DDL to run.
+	ErrSchema = errors.New("election: tables missing or not usable")
+	// ErrCampaigning: this Elector already campaigns or leads; one Elector is
+	// one candidate.
+	ErrCampaigning = errors.New("election: this elector is already campaigning or leading")
+	// ErrHeld: TryRun found the election led by another candidate.
+	ErrHeld = errors.New("election: held by another candidate")
+	// ErrNoLeader: nobody leads the election now.
+	ErrNoLeader = errors.New("election: no leader")
+	// ErrFenced: a write was refused because its term is no longer the
+	// newest; nothing was written.
+	ErrFenced = errors.New("election: stale fencing token")
+
+	// Why a term ended (Term.Err). A term also ends when the context given
+	// to Campaign ends; Term.Err then returns that context's cause.
+
+	// ErrResigned: Resign was called.
+	ErrResigned = errors.New("election: resigned")
+	// ErrLeaseExpired: no keepalive was confirmed within the lease.
+	ErrLeaseExpired = errors.New("election: lease expired")
+	// ErrSessionLost: the pinned session failed: killed, timed out, its
+	// network dropped or the server restarted.
+	ErrSessionLost = errors.New("election: database session lost")
+	// ErrLockLost: the session is alive but no longer holds the election,
+	// or the record names another term.
+	ErrLockLost = errors.New("election: lock no longer held")
+	// ErrDemoted: an operator asked the leader to step down (Demote,
+	// Handover) and it did.
+	ErrDemoted = errors.New("election: demoted")
+
+	// ErrNotCandidate: a hand-over named a candidate that is not alive.
+	ErrNotCandidate = errors.New("election: not a live candidate")
+	// ErrKillDenied: the server refused to kill a stuck leader's session;
+	// the message names the privilege to grant.
+	ErrKillDenied = errors.New("election: not allowed to kill the leader's session")
+	// ErrStrategy: candidates of another strategy run this election.
+	ErrStrategy = errors.New("election: the election runs with another strategy")
+	// ErrUnsupported: the server cannot give this strategy's guarantees (for
+	// GetLock: Galera, multi-primary Group Replication); the message names
+	// the strategy to use.
+	ErrUnsupported = errors.New("election: strategy not supported by this server")
+)
