@@ -23,6 +23,7 @@ type verdict struct {
 	Violations []string `json:"violations,omitempty"`
 }
 
+// row is one write in bench_writes.
 type row struct {
 	id           int64
 	holder, term string
@@ -38,28 +39,49 @@ type row struct {
 // acknowledged write that is missing, is a violation.
 func check(ctx context.Context, a *arena) (verdict, error) {
 	v := verdict{Contender: a.contender}
-	rows, err := a.admin.QueryContext(ctx, "SELECT id, holder, term, token, DATE_FORMAT(at, '%Y-%m-%d %H:%i:%s.%f') FROM bench_writes ORDER BY id")
+	ws, err := readWrites(ctx, a)
 	if err != nil {
 		return v, err
 	}
-	var ws []row
-	for rows.Next() {
-		var r row
-		var at string
-		if err := rows.Scan(&r.id, &r.holder, &r.term, &r.token, &at); err != nil {
-			rows.Close()
-			return v, err
-		}
-		r.at, _ = time.Parse("2006-01-02 15:04:05.000000", at)
-		ws = append(ws, r)
-	}
-	rows.Close()
 	if err := a.admin.QueryRowContext(ctx, "SELECT n FROM bench_counter").Scan(&v.Counter); err != nil {
 		return v, err
 	}
 	v.Writes = len(ws)
 	fenced := a.contender == libGetLock || a.contender == libLease
+	checkWrites(a, ws, fenced, &v)
+	checkEvents(a, fenced, &v)
+	if v.Lost = max(0, v.Acked-v.Writes); v.Lost > 0 {
+		v.Violations = append(v.Violations, fmt.Sprintf("%d acknowledged writes are missing", v.Lost))
+	}
+	if v.Counter != v.Writes {
+		v.Violations = append(v.Violations, fmt.Sprintf("counter %d but %d write rows", v.Counter, v.Writes))
+	}
+	return v, nil
+}
 
+// readWrites returns the rows of bench_writes in commit order.
+func readWrites(ctx context.Context, a *arena) ([]row, error) {
+	rows, err := a.admin.QueryContext(ctx, "SELECT id, holder, term, token, DATE_FORMAT(at, '%Y-%m-%d %H:%i:%s.%f') FROM bench_writes ORDER BY id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ws []row
+	for rows.Next() {
+		var r row
+		var at string
+		if err := rows.Scan(&r.id, &r.holder, &r.term, &r.token, &at); err != nil {
+			return nil, err
+		}
+		r.at, _ = time.Parse("2006-01-02 15:04:05.000000", at)
+		ws = append(ws, r)
+	}
+	return ws, nil
+}
+
+// checkWrites counts the stale writes in ws (violations if fenced) and how
+// long the terms' spans of accepted writes overlap.
+func checkWrites(a *arena, ws []row, fenced bool, v *verdict) {
 	// Terms in the order they first wrote; their spans of accepted writes.
 	type span struct {
 		order       int
@@ -93,8 +115,11 @@ func check(ctx context.Context, a *arena) (verdict, error) {
 			}
 		}
 	}
+}
 
-	// Events: terms, tokens, acknowledged writes.
+// checkEvents counts the terms and acknowledged writes the candidates
+// reported and, if fenced, finds tokens that do not grow with their terms.
+func checkEvents(a *arena, fenced bool, v *verdict) {
 	var starts []event
 	for _, e := range a.log {
 		switch {
@@ -106,21 +131,15 @@ func check(ctx context.Context, a *arena) (verdict, error) {
 	}
 	v.Terms = len(starts)
 	sort.Slice(starts, func(i, j int) bool { return starts[i].At < starts[j].At })
-	if fenced {
-		for i := 1; i < len(starts); i++ {
-			if starts[i].Token <= starts[i-1].Token {
-				v.Violations = append(v.Violations, fmt.Sprintf("term of %s started with token %d after token %d\n%s",
-					starts[i].ID, starts[i].Token, starts[i-1].Token, a.around(time.Unix(0, starts[i].At))))
-			}
+	if !fenced {
+		return
+	}
+	for i := 1; i < len(starts); i++ {
+		if starts[i].Token <= starts[i-1].Token {
+			v.Violations = append(v.Violations, fmt.Sprintf("term of %s started with token %d after token %d\n%s",
+				starts[i].ID, starts[i].Token, starts[i-1].Token, a.around(time.Unix(0, starts[i].At))))
 		}
 	}
-	if v.Lost = max(0, v.Acked-v.Writes); v.Lost > 0 {
-		v.Violations = append(v.Violations, fmt.Sprintf("%d acknowledged writes are missing", v.Lost))
-	}
-	if v.Counter != v.Writes {
-		v.Violations = append(v.Violations, fmt.Sprintf("counter %d but %d write rows", v.Counter, v.Writes))
-	}
-	return v, nil
 }
 
 // around prints the events within a second of t.

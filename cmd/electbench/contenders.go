@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -27,6 +29,48 @@ const (
 
 var allContenders = []string{libGetLock, libLease, recipe20, recipeSame, plainGetLock}
 
+// candidateMain is the candidate subcommand: the arena starts one per
+// candidate with the contest's timing; it runs until SIGTERM.
+func candidateMain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("candidate", flag.ContinueOnError)
+	contender := fs.String("contender", libGetLock, "")
+	id := fs.String("id", "", "")
+	dsn := fs.String("dsn", "", "")
+	var tm timing
+	fs.DurationVar(&tm.Interval, "interval", time.Second, "")
+	fs.DurationVar(&tm.Lease, "lease", 5*time.Second, "")
+	fs.DurationVar(&tm.Margin, "margin", time.Second, "")
+	fs.DurationVar(&tm.WriteEvery, "write-every", 20*time.Millisecond, "")
+	fs.DurationVar(&tm.Check, "check", 0, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return runCandidate(ctx, *contender, *id, *dsn, tm)
+}
+
+// runCandidate runs contender as candidate id on dsn until ctx ends.
+func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	c := &candidate{id: id, db: db, tm: tm, out: json.NewEncoder(os.Stdout)}
+	c.obeyQuiet(ctx)
+	c.emit(event{Ev: "ready"})
+	switch contender {
+	case libGetLock, libLease:
+		return c.library(ctx, contender)
+	case recipe20:
+		return c.recipe(ctx, 20)
+	case recipeSame:
+		return c.recipe(ctx, int(math.Ceil((tm.Lease + tm.Margin).Seconds())))
+	case plainGetLock:
+		return c.plainLock(ctx)
+	}
+	return fmt.Errorf("unknown contender %q", contender)
+}
+
 // event is one line a candidate process prints.
 type event struct {
 	Ev     string `json:"ev"` // ready (obeys sigQuiet), start, end, write
@@ -36,12 +80,6 @@ type event struct {
 	OK     bool   `json:"ok,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	At     int64  `json:"at"` // Unix ns; all processes share the machine's clock
-}
-
-// timing is the contest's common timing.
-type timing struct {
-	Interval, Lease, Margin, WriteEvery time.Duration
-	Check                               time.Duration // this library's CheckInterval (0: Interval)
 }
 
 // candidate runs one contender in this process until ctx ends, printing
@@ -80,33 +118,12 @@ func (c *candidate) obeyQuiet(ctx context.Context) {
 	}()
 }
 
+// emit prints e, stamped with the candidate and the time, as one line.
 func (c *candidate) emit(e event) {
 	e.ID, e.At = c.id, time.Now().UnixNano()
 	c.mu.Lock()
 	c.out.Encode(e)
 	c.mu.Unlock()
-}
-
-func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) error {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	c := &candidate{id: id, db: db, tm: tm, out: json.NewEncoder(os.Stdout)}
-	c.obeyQuiet(ctx)
-	c.emit(event{Ev: "ready"})
-	switch contender {
-	case libGetLock, libLease:
-		return c.library(ctx, contender)
-	case recipe20:
-		return c.recipe(ctx, 20)
-	case recipeSame:
-		return c.recipe(ctx, int(math.Ceil((tm.Lease + tm.Margin).Seconds())))
-	case plainGetLock:
-		return c.plainLock(ctx)
-	}
-	return fmt.Errorf("unknown contender %q", contender)
 }
 
 // write records one write of the acting term: a row and the counter, in
@@ -159,8 +176,10 @@ type acting struct {
 	cancel context.CancelFunc
 }
 
+// leading reports whether the hand-rolled leader believes it leads.
 func (a *acting) leading() bool { return a.cancel != nil }
 
+// start begins a term and its writes, which go on until stop.
 func (a *acting) start(ctx context.Context) {
 	a.seq++
 	// A restarted candidate counts again from 1: the pid keeps terms apart.
@@ -197,6 +216,7 @@ func (c *candidate) unfencedWrite(ctx context.Context, term string) error {
 	return tx.Commit()
 }
 
+// stop ends the term, if any, once its last write has returned.
 func (a *acting) stop(reason string) {
 	if a.cancel == nil {
 		return
@@ -269,12 +289,15 @@ func (c *candidate) plainLock(ctx context.Context) error {
 			}
 			a.stop(fmt.Sprint("ping: ", err))
 		}
-		conn.Raw(func(any) error { return errBadConn })
+		// Discard the session rather than pool it: a pooled one could
+		// still hold the lock.
+		conn.Raw(func(any) error { return driver.ErrBadConn })
 		conn.Close()
 	}
 	return nil
 }
 
+// sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():

@@ -16,17 +16,37 @@
 // It starts a private MariaDB/MySQL from PATH, or uses -dsn (whose user must
 // create databases and users; the restart fault then is skipped). Output: a
 // table on stdout, -json FILE and -svg FILE.
+//
+// # How the files fit together
+//
+// The parent process drives an arena of candidate processes; each candidate
+// re-executes this binary and runs one contender; the parent injects faults
+// into the leader; once the candidates stop, the checker reads the history;
+// the report summarizes.
+//
+//   - main.go: this overview, the subcommand dispatch and the options the
+//     comparison and chaos share.
+//   - contenders.go: what runs inside a candidate process (the candidate
+//     subcommand): this library's strategies, the timeout recipe and plain
+//     GET_LOCK, each printing its terms and writes as JSON events.
+//   - arena.go: the parent's side of the candidates: their database, users,
+//     fault proxies and processes, their events, and who leads.
+//   - faults.go: the faults and what injecting one into the leader does,
+//     how the parent waits for the next leader, and how it heals.
+//   - check.go: the checker, which reads the writes and events after the
+//     candidates stopped and finds the broken guarantees.
+//   - report.go: summaries, the tables, the SVG chart, the JSON files and the
+//     report subcommand that merges the JSON of several runs.
+//   - bench.go: the comparison (the default subcommand): every contender
+//     against every fault, and the steady-state cost of an idle election.
+//   - chaos.go: the chaos subcommand: random faults against one contender.
 package main
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"slices"
@@ -39,8 +59,8 @@ import (
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
-var errBadConn = driver.ErrBadConn
-
+// main runs the subcommand named first (candidate, chaos, report), or the
+// comparison.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -61,21 +81,10 @@ func main() {
 	}
 }
 
-func candidateMain(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("candidate", flag.ContinueOnError)
-	contender := fs.String("contender", libGetLock, "")
-	id := fs.String("id", "", "")
-	dsn := fs.String("dsn", "", "")
-	var tm timing
-	fs.DurationVar(&tm.Interval, "interval", time.Second, "")
-	fs.DurationVar(&tm.Lease, "lease", 5*time.Second, "")
-	fs.DurationVar(&tm.Margin, "margin", time.Second, "")
-	fs.DurationVar(&tm.WriteEvery, "write-every", 20*time.Millisecond, "")
-	fs.DurationVar(&tm.Check, "check", 0, "")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	return runCandidate(ctx, *contender, *id, *dsn, tm)
+// timing is the contest's common timing, the same for every candidate.
+type timing struct {
+	Interval, Lease, Margin, WriteEvery time.Duration
+	Check                               time.Duration // this library's CheckInterval (0: Interval)
 }
 
 // options are the flags the comparison and chaos share.
@@ -88,6 +97,7 @@ type options struct {
 	verbose    bool
 }
 
+// flags registers the shared options on fs.
 func (o *options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.dsn, "dsn", "", "use this server instead of a private one (root-like user; no restart fault)")
 	fs.DurationVar(&o.tm.Interval, "interval", 200*time.Millisecond, "keepalive and poll interval of every contender")
@@ -112,6 +122,7 @@ func (o *options) limitFor(contender string) time.Duration {
 	return 2*(o.tm.Lease+o.tm.Margin) + 2*time.Second
 }
 
+// server starts the private server, or connects to -dsn.
 func (o *options) server(ctx context.Context) (*mysqltest.Server, error) {
 	if o.dsn != "" {
 		os.Setenv(mysqltest.EnvDSN, o.dsn)
@@ -124,274 +135,16 @@ func (o *options) server(ctx context.Context) (*mysqltest.Server, error) {
 	return mysqltest.StartPrivate(ctx, bin)
 }
 
-type results struct {
-	Server    string    `json:"server"`
-	Timing    timing    `json:"timing"`
-	Trials    []trial   `json:"trials"`
-	Summaries []summary `json:"summaries"`
-	Verdicts  []verdict `json:"verdicts"`
-	Costs     []steady  `json:"steady_state"`
-}
-
-func benchMain(ctx context.Context, args []string, out *os.File) error {
-	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
-	var o options
-	o.flags(fs)
-	contenders := fs.String("contenders", join(allContenders), "contenders to run")
-	faults := fs.String("faults", join(allFaults), "faults to inject")
-	reps := fs.Int("reps", 20, "runs per contender and fault")
-	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing: about two minutes")
-	svg := fs.String("svg", "", "write the chart as SVG to this file")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cs, fl := strings.Split(*contenders, ","), strings.Split(*faults, ",")
-	if *quick {
-		cs = slices.DeleteFunc(cs, func(c string) bool { return c == recipe20 })
-		*reps = 1
-		o.tm = timing{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second, WriteEvery: 20 * time.Millisecond}
-		o.limit = 4 * time.Second
-	}
-	for _, c := range cs {
-		if !slices.Contains(allContenders, c) {
-			return fmt.Errorf("unknown contender %q; the contenders are %s", c, join(allContenders))
+// known returns an error naming the first of names that is not one of all;
+// kind ("contender", "fault") words the message.
+func known(kind string, names, all []string) error {
+	for _, n := range names {
+		if !slices.Contains(all, n) {
+			return fmt.Errorf("unknown %s %q; the %ss are %s", kind, n, kind, join(all))
 		}
 	}
-	for _, f := range fl {
-		if !slices.Contains(allFaults, f) {
-			return fmt.Errorf("unknown fault %q; the faults are %s", f, join(allFaults))
-		}
-	}
-	srv, err := o.server(ctx)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	if !srv.Private() {
-		fl = slices.DeleteFunc(fl, func(f string) bool { return f == fRestart })
-	}
-	res := results{Server: srv.Describe(), Timing: o.tm}
-	for _, c := range cs {
-		a, err := newArena(ctx, srv, c, o.tm, o.candidates)
-		if err != nil {
-			return err
-		}
-		cost, err := measureSteady(ctx, a, o.candidates)
-		if err != nil {
-			a.close()
-			return err
-		}
-		res.Costs = append(res.Costs, cost)
-		for _, f := range fl {
-			for i := range *reps {
-				if ctx.Err() != nil {
-					a.close()
-					return ctx.Err()
-				}
-				fmt.Fprintf(os.Stderr, "\r%-14s %-16s %3d/%d", c, f, i+1, *reps)
-				tr, err := a.inject(ctx, f, o.limitFor(c))
-				if err != nil {
-					a.close()
-					return err
-				}
-				if o.verbose {
-					fmt.Fprintf(os.Stderr, "  failover %s, old knew %s\n", secs(tr.FailoverS), secs(tr.KnewS))
-				}
-				res.Trials = append(res.Trials, tr)
-			}
-		}
-		a.stopAll()
-		v, err := check(ctx, a)
-		a.close()
-		if err != nil {
-			return err
-		}
-		res.Verdicts = append(res.Verdicts, v)
-	}
-	fmt.Fprintln(os.Stderr)
-	res.Summaries = summarize(res.Trials)
-	fmt.Fprintf(out, "%s; interval %v, lease %v, margin %v; %d candidates\n\n", res.Server, o.tm.Interval, o.tm.Lease, o.tm.Margin, o.candidates)
-	printTable(out, res.Summaries, res.Verdicts, res.Costs)
-	for _, v := range res.Verdicts {
-		for _, msg := range v.Violations {
-			fmt.Fprintf(out, "\nVIOLATION (%s): %s", v.Contender, msg)
-		}
-	}
-	if *svg != "" {
-		f, err := os.Create(*svg)
-		if err != nil {
-			return err
-		}
-		chart(f, res.Summaries, cs, fl)
-		if err := f.Close(); err != nil {
-			return err
-		}
-	}
-	return writeJSON(o.jsonOut, res)
-}
-
-func writeJSON(path string, v any) error {
-	if path == "" {
-		return nil
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
-}
-
-// reportMain merges the JSON results of several runs (say, the slow
-// recipe-20s with fewer runs than the others) into one table, chart and
-// JSON file.
-func reportMain(args []string, out *os.File) error {
-	fs := flag.NewFlagSet("electbench report", flag.ContinueOnError)
-	svg := fs.String("svg", "", "write the chart as SVG to this file")
-	jsonOut := fs.String("json", "", "write the merged results as JSON to this file")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var all results
-	var contenders, faults []string
-	for _, path := range fs.Args() {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var r results
-		if err := json.Unmarshal(b, &r); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		fmt.Fprintf(out, "%s: %s; interval %v, lease %v, margin %v\n", path, r.Server, r.Timing.Interval, r.Timing.Lease, r.Timing.Margin)
-		all.Trials = append(all.Trials, r.Trials...)
-		all.Verdicts = append(all.Verdicts, r.Verdicts...)
-		all.Costs = append(all.Costs, r.Costs...)
-		for _, t := range r.Trials {
-			if !slices.Contains(contenders, t.Contender) {
-				contenders = append(contenders, t.Contender)
-			}
-			if !slices.Contains(faults, t.Fault) {
-				faults = append(faults, t.Fault)
-			}
-		}
-	}
-	all.Summaries = summarize(all.Trials)
-	fmt.Fprintln(out)
-	printTable(out, all.Summaries, all.Verdicts, all.Costs)
-	if *svg != "" {
-		f, err := os.Create(*svg)
-		if err != nil {
-			return err
-		}
-		chart(f, all.Summaries, contenders, faults)
-		if err := f.Close(); err != nil {
-			return err
-		}
-	}
-	return writeJSON(*jsonOut, all)
-}
-
-// measureSteady counts the statements and connections of an idle election
-// with the arena's candidates, over five seconds after it has settled.
-func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
-	if _, ok := a.leader(30 * time.Second); !ok {
-		return steady{}, fmt.Errorf("%s: no leader", a.contender)
-	}
-	if !a.ready(30 * time.Second) {
-		return steady{}, fmt.Errorf("%s: not every candidate process started", a.contender)
-	}
-	questions := func(db *sql.DB) (float64, error) {
-		var name string
-		var v float64
-		err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &v)
-		return v, err
-	}
-	// The acting leader's writes are the benchmark's load, not the
-	// election's cost: pause them while counting.
-	a.signalAll(sigQuiet)
-	defer a.signalAll(sigResume)
-	time.Sleep(a.tm.WriteEvery + time.Second) // writes in flight end
-	before, err := questions(a.admin)
-	if err != nil {
-		return steady{}, err
-	}
-	t0 := time.Now()
-	time.Sleep(5 * time.Second)
-	after, err := questions(a.admin)
-	if err != nil {
-		return steady{}, err
-	}
-	elapsed := time.Since(t0).Seconds()
-	var conns float64
-	if err := a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = ? AND user <> 'root'", a.db).Scan(&conns); err != nil {
-		return steady{}, err
-	}
-	q := (after - before - 1) / elapsed // 1: the first SHOW STATUS
-	return steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n), ConnsPerCand: conns / float64(n)}, nil
-}
-
-// chaosMain injects random faults into one contender, then runs the checker.
-func chaosMain(ctx context.Context, args []string, out *os.File) error {
-	fs := flag.NewFlagSet("electbench chaos", flag.ContinueOnError)
-	var o options
-	o.flags(fs)
-	contender := fs.String("contender", libGetLock, "the contender to torture")
-	n := fs.Int("faults", 100, "how many faults to inject")
-	duration := fs.Duration("duration", 0, "stop injecting after this long (0: after -faults)")
-	faults := fs.String("fault-kinds", join(allFaults), "faults to draw from")
-	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed, to replay a run")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if !slices.Contains(allContenders, *contender) {
-		return fmt.Errorf("unknown contender %q; the contenders are %s", *contender, join(allContenders))
-	}
-	kinds := strings.Split(*faults, ",")
-	srv, err := o.server(ctx)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	if !srv.Private() {
-		kinds = slices.DeleteFunc(kinds, func(f string) bool { return f == fRestart })
-	}
-	a, err := newArena(ctx, srv, *contender, o.tm, o.candidates)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	rng := rand.New(rand.NewPCG(*seed, 0))
-	start := time.Now()
-	counts := map[string]int{}
-	var trials []trial
-	for i := 0; i < *n && ctx.Err() == nil && (*duration == 0 || time.Since(start) < *duration); i++ {
-		f := kinds[rng.IntN(len(kinds))]
-		fmt.Fprintf(os.Stderr, "\rchaos %s seed %d: fault %d/%d %-16s", *contender, *seed, i+1, *n, f)
-		tr, err := a.inject(ctx, f, o.limitFor(*contender))
-		if err != nil {
-			return err
-		}
-		counts[f]++
-		trials = append(trials, tr)
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-	}
-	fmt.Fprintln(os.Stderr)
-	a.stopAll()
-	v, err := check(ctx, a)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "chaos: %s, seed %d, %d faults in %v: %v\n", *contender, *seed, len(trials), time.Since(start).Round(time.Second), counts)
-	printTable(out, summarize(trials), []verdict{v}, nil)
-	if err := writeJSON(o.jsonOut, map[string]any{"seed": *seed, "faults": counts, "trials": trials, "verdict": v}); err != nil {
-		return err
-	}
-	if len(v.Violations) > 0 {
-		for _, msg := range v.Violations {
-			fmt.Fprintf(out, "\nVIOLATION: %s", msg)
-		}
-		return fmt.Errorf("%d violations", len(v.Violations))
-	}
-	fmt.Fprintln(out, "\nno violation")
 	return nil
 }
+
+// join lists names as the flags take them.
+func join(xs []string) string { return strings.Join(xs, ",") }

@@ -11,6 +11,8 @@ import (
 	"github.com/sqlelect/election/internal/leakcheck"
 )
 
+// TestMain lets the test binary serve as the candidate process, since the
+// arena re-executes its own binary.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "candidate" {
 		if err := candidateMain(context.Background(), os.Args[2:]); err != nil {

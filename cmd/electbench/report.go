@@ -1,13 +1,26 @@
 package main
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"slices"
 	"sort"
-	"strings"
 	"text/tabwriter"
 )
+
+// results are what a comparison writes to -json, and what report reads.
+type results struct {
+	Server    string    `json:"server"`
+	Timing    timing    `json:"timing"`
+	Trials    []trial   `json:"trials"`
+	Summaries []summary `json:"summaries"`
+	Verdicts  []verdict `json:"verdicts"`
+	Costs     []steady  `json:"steady_state"`
+}
 
 // summary aggregates the trials of one contender and fault.
 type summary struct {
@@ -23,15 +36,8 @@ type summary struct {
 	Never     int     `json:"old_never_knew"`
 }
 
-// steady is what an idle election costs the server.
-type steady struct {
-	Contender      string  `json:"contender"`
-	Candidates     int     `json:"candidates"`
-	QueriesPerSec  float64 `json:"queries_per_s"`
-	ConnsPerCand   float64 `json:"connections_per_candidate"`
-	QueriesPerCand float64 `json:"queries_per_s_per_candidate"`
-}
-
+// quantile is the q-quantile of xs by the nearest-rank method; -1 if xs is
+// empty.
 func quantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return -1
@@ -41,6 +47,8 @@ func quantile(xs []float64, q float64) float64 {
 	return s[int(math.Ceil(q*float64(len(s))))-1]
 }
 
+// summarize groups trials by contender and fault, in the order they first
+// appear.
 func summarize(trials []trial) []summary {
 	type key struct{ c, f string }
 	groups := map[key][]trial{}
@@ -78,6 +86,7 @@ func summarize(trials []trial) []summary {
 	return out
 }
 
+// secs formats seconds for the table; "-" for none.
 func secs(x float64) string {
 	switch {
 	case x < 0:
@@ -88,29 +97,35 @@ func secs(x float64) string {
 	return fmt.Sprintf("%.2f s", x)
 }
 
+// printTable writes the failover, checker and steady-state tables; the
+// last only if there are costs.
 func printTable(w io.Writer, sums []summary, verdicts []verdict, costs []steady) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE")
+	tw := newTable(w, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE")
 	for _, s := range sums {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", s.Contender, s.Fault, s.Runs, secs(s.P50), secs(s.P95), secs(s.Max), s.NoFail, secs(s.KnewP50), s.Never, s.NoLeader)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTENDER\tTERMS\tWRITES\tSTALE WRITES ACCEPTED\tOVERLAP TOTAL\tWORST\tACKED WRITES LOST\tVIOLATIONS")
+	tw = newTable(w, "CONTENDER\tTERMS\tWRITES\tSTALE WRITES ACCEPTED\tOVERLAP TOTAL\tWORST\tACKED WRITES LOST\tVIOLATIONS")
 	for _, v := range verdicts {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\n", v.Contender, v.Terms, v.Writes, v.Stale, secs(v.OverlapS), secs(v.WorstS), v.Lost, len(v.Violations))
 	}
 	tw.Flush()
 	if len(costs) > 0 {
 		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CONTENDER\tCANDIDATES\tQUERIES/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE")
+		tw = newTable(w, "CONTENDER\tCANDIDATES\tQUERIES/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE")
 		for _, c := range costs {
 			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%.2f\n", c.Contender, c.Candidates, c.QueriesPerSec, c.QueriesPerCand, c.ConnsPerCand)
 		}
 		tw.Flush()
 	}
+}
+
+// newTable starts a table on w with its header row; Flush ends it.
+func newTable(w io.Writer, header string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	return tw
 }
 
 // chart draws the median failover per fault and contender as horizontal
@@ -166,4 +181,79 @@ func chart(w io.Writer, sums []summary, contenders, faults []string) {
 	fmt.Fprintln(w, "</svg>")
 }
 
-func join(xs []string) string { return strings.Join(xs, ",") }
+// writeChart writes the chart to path, if one is named.
+func writeChart(path string, sums []summary, contenders, faults []string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	chart(f, sums, contenders, faults)
+	return f.Close()
+}
+
+// writeJSON writes v, indented, to path, if one is named.
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// reportMain merges the JSON results of several runs (say, the slow
+// recipe-20s with fewer runs than the others) into one table, chart and
+// JSON file.
+func reportMain(args []string, out *os.File) error {
+	fs := flag.NewFlagSet("electbench report", flag.ContinueOnError)
+	svg := fs.String("svg", "", "write the chart as SVG to this file")
+	jsonOut := fs.String("json", "", "write the merged results as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	all, contenders, faults, err := mergeResults(fs.Args(), out)
+	if err != nil {
+		return err
+	}
+	all.Summaries = summarize(all.Trials)
+	fmt.Fprintln(out)
+	printTable(out, all.Summaries, all.Verdicts, all.Costs)
+	if err := writeChart(*svg, all.Summaries, contenders, faults); err != nil {
+		return err
+	}
+	return writeJSON(*jsonOut, all)
+}
+
+// mergeResults reads the JSON results at paths, naming each on out, and
+// returns their trials, verdicts and costs together, with the contenders
+// and faults in the order they first appear.
+func mergeResults(paths []string, out io.Writer) (all results, contenders, faults []string, err error) {
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return all, nil, nil, err
+		}
+		var r results
+		if err := json.Unmarshal(b, &r); err != nil {
+			return all, nil, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		fmt.Fprintf(out, "%s: %s; interval %v, lease %v, margin %v\n", path, r.Server, r.Timing.Interval, r.Timing.Lease, r.Timing.Margin)
+		all.Trials = append(all.Trials, r.Trials...)
+		all.Verdicts = append(all.Verdicts, r.Verdicts...)
+		all.Costs = append(all.Costs, r.Costs...)
+		for _, t := range r.Trials {
+			if !slices.Contains(contenders, t.Contender) {
+				contenders = append(contenders, t.Contender)
+			}
+			if !slices.Contains(faults, t.Fault) {
+				faults = append(faults, t.Fault)
+			}
+		}
+	}
+	return all, contenders, faults, nil
+}

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sqlelect/election/internal/faultproxy"
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+// arena runs the candidates of one contender: one process, one database
+// user and one fault proxy per candidate, so that a fault hits the leader
+// alone.
+type arena struct {
+	srv       *mysqltest.Server
+	contender string
+	db        string
+	tm        timing
+	admin     *sql.DB // root, on the arena's database
+	self      string  // this binary, re-executed as a candidate
+
+	mu      sync.Mutex
+	procs   map[string]*proc
+	events  chan event
+	pending []event
+	log     []event // every event, for the checker's report
+}
+
+// proc is one candidate. Its user and proxy outlive its process, so that a
+// candidate killed by a fault comes back the same.
+type proc struct {
+	id    string
+	user  string
+	proxy *faultproxy.Proxy
+	cmd   *exec.Cmd
+}
+
+// newArena creates the contender's database and starts n candidates.
+func newArena(ctx context.Context, srv *mysqltest.Server, contender string, tm timing, n int) (*arena, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	a := &arena{srv: srv, contender: contender, tm: tm, self: self,
+		db: "bench_" + strings.ReplaceAll(contender, "-", "_"), procs: map[string]*proc{}, events: make(chan event, 1<<16)}
+	if err := a.createDatabase(ctx); err != nil {
+		return nil, err
+	}
+	if a.admin, err = sql.Open("mysql", srv.DSN(a.db)); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		if err := a.spawn(ctx, fmt.Sprintf("c%d", i)); err != nil {
+			a.close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// createDatabase creates the arena's database afresh, with the tables the
+// acting leaders write to.
+func (a *arena) createDatabase(ctx context.Context) error {
+	root, err := sql.Open("mysql", a.srv.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, stmt := range []string{
+		"DROP DATABASE IF EXISTS " + a.db, "CREATE DATABASE " + a.db,
+		"CREATE TABLE " + a.db + ".bench_writes (id BIGINT AUTO_INCREMENT PRIMARY KEY, holder VARCHAR(64) NOT NULL, " +
+			"term VARCHAR(96) NOT NULL, token BIGINT UNSIGNED NOT NULL, at DATETIME(6) NOT NULL)",
+		"CREATE TABLE " + a.db + ".bench_counter (n BIGINT NOT NULL)",
+		"INSERT INTO " + a.db + ".bench_counter VALUES (0)",
+	} {
+		if _, err := root.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("setting up %s: %w", a.db, err)
+		}
+	}
+	return nil
+}
+
+// spawn starts candidate id (again, after a kill, under the same user).
+func (a *arena) spawn(ctx context.Context, id string) error {
+	p := a.proc(id)
+	if p == nil {
+		var err error
+		if p, err = a.newProc(ctx, id); err != nil {
+			return err
+		}
+	}
+	cmd := a.command(p)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.cmd = cmd
+	a.mu.Lock()
+	a.procs[id] = p
+	a.mu.Unlock()
+	go a.read(out)
+	return nil
+}
+
+// newProc creates candidate id's database user and fault proxy.
+func (a *arena) newProc(ctx context.Context, id string) (*proc, error) {
+	p := &proc{id: id, user: fmt.Sprintf("%s_%s", strings.ReplaceAll(a.contender, "-", ""), id)}
+	for _, stmt := range []string{
+		"DROP USER IF EXISTS '" + p.user + "'@'%'",
+		"CREATE USER '" + p.user + "'@'%' IDENTIFIED BY 'bench'",
+		"GRANT ALL ON " + a.db + ".* TO '" + p.user + "'@'%'",
+	} {
+		if _, err := a.admin.ExecContext(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("creating user %s: %w", p.user, err)
+		}
+	}
+	proxy, err := faultproxy.Start(a.srv.Addr())
+	if err != nil {
+		return nil, err
+	}
+	p.proxy = proxy
+	return p, nil
+}
+
+// command is the candidate process of p, connecting through its proxy as
+// its user.
+func (a *arena) command(p *proc) *exec.Cmd {
+	cfg := a.srv.Config(a.db)
+	cfg.User, cfg.Passwd, cfg.Addr = p.user, "bench", p.proxy.Addr()
+	cmd := exec.Command(a.self, "candidate", "-contender", a.contender, "-id", p.id, "-dsn", cfg.FormatDSN(),
+		"-interval", a.tm.Interval.String(), "-lease", a.tm.Lease.String(), "-margin", a.tm.Margin.String(),
+		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String())
+	// One OS thread per candidate keeps a thousand candidate processes cheap.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.Stderr = io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// read passes the events a candidate prints to the arena until its output
+// ends; lines that are not events are skipped.
+func (a *arena) read(out io.Reader) {
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var e event
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			a.events <- e
+		}
+	}
+}
+
+// proc returns candidate id, or nil before it was spawned.
+func (a *arena) proc(id string) *proc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.procs[id]
+}
+
+// all returns the candidate processes.
+func (a *arena) all() []*proc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	procs := make([]*proc, 0, len(a.procs))
+	for _, p := range a.procs {
+		procs = append(procs, p)
+	}
+	return procs
+}
+
+// signalAll sends sig to every candidate process.
+func (a *arena) signalAll(sig syscall.Signal) {
+	for _, p := range a.all() {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// next returns the first event, pending or arriving within limit, for which
+// match is true; others stay pending.
+func (a *arena) next(match func(event) bool, limit time.Duration) (event, bool) {
+	for i, e := range a.pending {
+		if match(e) {
+			a.pending = append(a.pending[:i], a.pending[i+1:]...)
+			return e, true
+		}
+	}
+	timeout := time.After(limit)
+	for {
+		select {
+		case e := <-a.events:
+			a.log = append(a.log, e)
+			if match(e) {
+				return e, true
+			}
+			a.pending = append(a.pending, e)
+		case <-timeout:
+			return event{}, false
+		}
+	}
+}
+
+// drain moves every event already received into pending.
+func (a *arena) drain() {
+	for {
+		select {
+		case e := <-a.events:
+			a.log = append(a.log, e)
+			a.pending = append(a.pending, e)
+		default:
+			return
+		}
+	}
+}
+
+// await collects events until done, which reads the log, holds, or limit
+// passes; it reports whether done held.
+func (a *arena) await(limit time.Duration, done func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		a.drain()
+		if done() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		a.next(func(event) bool { return false }, 50*time.Millisecond)
+	}
+}
+
+// leader waits until some candidate leads and has written, and returns its
+// start event.
+func (a *arena) leader(limit time.Duration) (event, bool) {
+	var cur event
+	ok := a.await(limit, func() bool {
+		var found bool
+		cur, found = a.actingLeader()
+		return found
+	})
+	return cur, ok
+}
+
+// actingLeader returns the start event of the newest term that has not
+// ended, once that term is 200 ms old and has written.
+func (a *arena) actingLeader() (event, bool) {
+	ended := map[string]bool{}
+	for _, e := range a.log {
+		if e.Ev == "end" {
+			ended[e.Term] = true
+		}
+	}
+	var cur *event
+	for i := len(a.log) - 1; i >= 0; i-- {
+		if e := a.log[i]; e.Ev == "start" && !ended[e.Term] {
+			cur = &a.log[i]
+			break
+		}
+	}
+	if cur == nil {
+		return event{}, false
+	}
+	for _, e := range a.log {
+		if e.Ev == "write" && e.OK && e.Term == cur.Term && time.Since(time.Unix(0, cur.At)) > 200*time.Millisecond {
+			return *cur, true
+		}
+	}
+	return event{}, false
+}
+
+// ready waits until every candidate process has said it is ready (before
+// that, the signals of signalAll would end it).
+func (a *arena) ready(limit time.Duration) bool {
+	want := len(a.all())
+	return a.await(limit, func() bool {
+		seen := map[string]bool{}
+		for _, e := range a.log {
+			if e.Ev == "ready" {
+				seen[e.ID] = true
+			}
+		}
+		return len(seen) >= want
+	})
+}
+
+// stopAll ends every candidate gracefully, then for sure.
+func (a *arena) stopAll() {
+	procs := a.all()
+	for _, p := range procs {
+		p.cmd.Process.Signal(syscall.SIGCONT)
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	a.drain()
+}
+
+// close stops the candidates and releases their proxies and the admin
+// connection.
+func (a *arena) close() {
+	a.stopAll()
+	a.mu.Lock()
+	for _, p := range a.procs {
+		p.proxy.Close()
+	}
+	a.mu.Unlock()
+	a.admin.Close()
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+// benchMain is the comparison: every contender's steady-state cost, reps
+// runs of every fault against it, and the checker's verdict; then the
+// tables, the chart and the JSON.
+func benchMain(ctx context.Context, args []string, out *os.File) error {
+	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
+	var o options
+	o.flags(fs)
+	contenders := fs.String("contenders", join(allContenders), "contenders to run")
+	faults := fs.String("faults", join(allFaults), "faults to inject")
+	reps := fs.Int("reps", 20, "runs per contender and fault")
+	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing: about two minutes")
+	svg := fs.String("svg", "", "write the chart as SVG to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cs, fl := strings.Split(*contenders, ","), strings.Split(*faults, ",")
+	if *quick {
+		cs = slices.DeleteFunc(cs, func(c string) bool { return c == recipe20 })
+		*reps = 1
+		o.tm = timing{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second, WriteEvery: 20 * time.Millisecond}
+		o.limit = 4 * time.Second
+	}
+	if err := known("contender", cs, allContenders); err != nil {
+		return err
+	}
+	if err := known("fault", fl, allFaults); err != nil {
+		return err
+	}
+	srv, err := o.server(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	fl = faultsFor(srv, fl)
+	res := results{Server: srv.Describe(), Timing: o.tm}
+	for _, c := range cs {
+		if err := benchContender(ctx, &o, srv, c, fl, *reps, &res); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(os.Stderr)
+	res.Summaries = summarize(res.Trials)
+	printResults(out, &o, &res)
+	if err := writeChart(*svg, res.Summaries, cs, fl); err != nil {
+		return err
+	}
+	return writeJSON(o.jsonOut, res)
+}
+
+// benchContender runs contender in an arena of its own: its steady-state
+// cost, reps runs of every fault, then the checker; it adds all to res.
+func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, faults []string, reps int, res *results) error {
+	a, err := newArena(ctx, srv, contender, o.tm, o.candidates)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	cost, err := measureSteady(ctx, a, o.candidates)
+	if err != nil {
+		return err
+	}
+	res.Costs = append(res.Costs, cost)
+	for _, f := range faults {
+		for i := range reps {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			fmt.Fprintf(os.Stderr, "\r%-14s %-16s %3d/%d", contender, f, i+1, reps)
+			tr, err := a.inject(ctx, f, o.limitFor(contender))
+			if err != nil {
+				return err
+			}
+			if o.verbose {
+				fmt.Fprintf(os.Stderr, "  failover %s, old knew %s\n", secs(tr.FailoverS), secs(tr.KnewS))
+			}
+			res.Trials = append(res.Trials, tr)
+		}
+	}
+	a.stopAll()
+	v, err := check(ctx, a)
+	if err != nil {
+		return err
+	}
+	res.Verdicts = append(res.Verdicts, v)
+	return nil
+}
+
+// printResults writes the comparison's setting, its tables and every
+// violation.
+func printResults(out io.Writer, o *options, res *results) {
+	fmt.Fprintf(out, "%s; interval %v, lease %v, margin %v; %d candidates\n\n", res.Server, o.tm.Interval, o.tm.Lease, o.tm.Margin, o.candidates)
+	printTable(out, res.Summaries, res.Verdicts, res.Costs)
+	for _, v := range res.Verdicts {
+		for _, msg := range v.Violations {
+			fmt.Fprintf(out, "\nVIOLATION (%s): %s", v.Contender, msg)
+		}
+	}
+}
+
+// steady is what an idle election costs the server.
+type steady struct {
+	Contender      string  `json:"contender"`
+	Candidates     int     `json:"candidates"`
+	QueriesPerSec  float64 `json:"queries_per_s"`
+	ConnsPerCand   float64 `json:"connections_per_candidate"`
+	QueriesPerCand float64 `json:"queries_per_s_per_candidate"`
+}
+
+// measureSteady counts the statements and connections of an idle election
+// with the arena's candidates, over five seconds after it has settled.
+func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
+	if _, ok := a.leader(30 * time.Second); !ok {
+		return steady{}, fmt.Errorf("%s: no leader", a.contender)
+	}
+	if !a.ready(30 * time.Second) {
+		return steady{}, fmt.Errorf("%s: not every candidate process started", a.contender)
+	}
+	// The acting leader's writes are the benchmark's load, not the
+	// election's cost: pause them while counting.
+	a.signalAll(sigQuiet)
+	defer a.signalAll(sigResume)
+	time.Sleep(a.tm.WriteEvery + time.Second) // writes in flight end
+	before, err := questions(ctx, a.admin)
+	if err != nil {
+		return steady{}, err
+	}
+	t0 := time.Now()
+	time.Sleep(5 * time.Second)
+	after, err := questions(ctx, a.admin)
+	if err != nil {
+		return steady{}, err
+	}
+	elapsed := time.Since(t0).Seconds()
+	var conns float64
+	if err := a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = ? AND user <> 'root'", a.db).Scan(&conns); err != nil {
+		return steady{}, err
+	}
+	q := (after - before - 1) / elapsed // 1: the first SHOW STATUS
+	return steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n), ConnsPerCand: conns / float64(n)}, nil
+}
+
+// questions is the server's count of statements so far.
+func questions(ctx context.Context, db *sql.DB) (float64, error) {
+	var name string
+	var v float64
+	err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &v)
+	return v, err
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+)
+
+// chaosPlan is what the chaos subcommand's own flags ask for.
+type chaosPlan struct {
+	contender string
+	faults    int           // at the most
+	duration  time.Duration // 0: no bound but faults
+	kinds     []string      // the faults to draw from
+	seed      uint64
+}
+
+// chaosMain injects random faults into one contender, then runs the checker.
+func chaosMain(ctx context.Context, args []string, out *os.File) error {
+	var o options
+	p, err := parseChaos(args, &o)
+	if err != nil {
+		return err
+	}
+	srv, err := o.server(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	p.kinds = faultsFor(srv, p.kinds)
+	a, err := newArena(ctx, srv, p.contender, o.tm, o.candidates)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	start := time.Now()
+	trials, counts, err := p.torture(ctx, a, o.limitFor(p.contender))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr)
+	a.stopAll()
+	v, err := check(ctx, a)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "chaos: %s, seed %d, %d faults in %v: %v\n", p.contender, p.seed, len(trials), time.Since(start).Round(time.Second), counts)
+	printTable(out, summarize(trials), []verdict{v}, nil)
+	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "faults": counts, "trials": trials, "verdict": v}); err != nil {
+		return err
+	}
+	if len(v.Violations) > 0 {
+		for _, msg := range v.Violations {
+			fmt.Fprintf(out, "\nVIOLATION: %s", msg)
+		}
+		return fmt.Errorf("%d violations", len(v.Violations))
+	}
+	fmt.Fprintln(out, "\nno violation")
+	return nil
+}
+
+// parseChaos parses the chaos subcommand's flags: the shared ones into o,
+// its own into the plan.
+func parseChaos(args []string, o *options) (chaosPlan, error) {
+	fs := flag.NewFlagSet("electbench chaos", flag.ContinueOnError)
+	o.flags(fs)
+	contender := fs.String("contender", libGetLock, "the contender to torture")
+	n := fs.Int("faults", 100, "how many faults to inject")
+	duration := fs.Duration("duration", 0, "stop injecting after this long (0: after -faults)")
+	faults := fs.String("fault-kinds", join(allFaults), "faults to draw from")
+	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed, to replay a run")
+	if err := fs.Parse(args); err != nil {
+		return chaosPlan{}, err
+	}
+	if err := known("contender", []string{*contender}, allContenders); err != nil {
+		return chaosPlan{}, err
+	}
+	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: strings.Split(*faults, ","), seed: *seed}, nil
+}
+
+// torture injects faults drawn at random from the plan's kinds, at random
+// pauses, until the plan's count or duration is reached or ctx ends.
+func (p *chaosPlan) torture(ctx context.Context, a *arena, limit time.Duration) ([]trial, map[string]int, error) {
+	rng := rand.New(rand.NewPCG(p.seed, 0))
+	start := time.Now()
+	counts := map[string]int{}
+	var trials []trial
+	for i := 0; i < p.faults && ctx.Err() == nil && (p.duration == 0 || time.Since(start) < p.duration); i++ {
+		f := p.kinds[rng.IntN(len(p.kinds))]
+		fmt.Fprintf(os.Stderr, "\rchaos %s seed %d: fault %d/%d %-16s", p.contender, p.seed, i+1, p.faults, f)
+		tr, err := a.inject(ctx, f, limit)
+		if err != nil {
+			return nil, nil, err
+		}
+		counts[f]++
+		trials = append(trials, tr)
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+	}
+	return trials, counts, nil
+}
