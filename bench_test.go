@@ -50,10 +50,7 @@ func BenchmarkFailover(b *testing.B) {
 			})
 		})
 		b.Run(s.String()+"/sigkill-process", func(b *testing.B) {
-			db, dsn := newDB(b)
-			createWrites(b, db)
-			g := newGroup(b, s, dsn, "bench-sigkill")
-			g.spawn(3)
+			_, g := writingGroup(b, s, "bench-sigkill", 3)
 			leader := g.next(is("start"), 30*time.Second)
 			var took []time.Duration
 			for i := range b.N {

@@ -7,56 +7,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/mysqltest"
 )
-
-func TestNewRejectsBadInput(t *testing.T) {
-	db, err := sql.Open("mysql", "u@tcp(127.0.0.1:1)/d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	one, _ := sql.Open("mysql", "u@tcp(127.0.0.1:1)/d")
-	one.SetMaxOpenConns(1)
-	defer one.Close()
-	cases := []struct {
-		name     string
-		db       *sql.DB
-		election string
-		cfg      election.Config
-		want     string // in the message
-	}{
-		{"nil db", nil, "x", election.Config{}, "db is nil"},
-		{"empty name", db, "", election.Config{}, "name is empty"},
-		{"name not UTF-8", db, "a\xffb", election.Config{}, "not valid UTF-8"},
-		{"name too long", db, strings.Repeat("n", 70000), election.Config{}, "limit is 65535"},
-		{"negative interval", db, "x", election.Config{Interval: -time.Second}, "Interval"},
-		{"lease not twice the interval", db, "x", election.Config{Interval: time.Second, Lease: 1500 * time.Millisecond}, "at least 2×Interval"},
-		{"negative margin", db, "x", election.Config{Margin: -1}, "Margin"},
-		{"negative check interval", db, "x", election.Config{CheckInterval: -1}, "CheckInterval"},
-		{"lease beyond wait_timeout", db, "x", election.Config{Lease: 400 * 24 * time.Hour}, "wait_timeout"},
-		{"bad table prefix", db, "x", election.Config{TablePrefix: "bad-prefix"}, "TablePrefix"},
-		{"identity too long", db, "x", election.Config{Identity: strings.Repeat("i", 256)}, "Identity"},
-		{"pool of one connection", one, "x", election.Config{}, "SetMaxOpenConns(2)"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := election.New(tc.db, tc.election, tc.cfg)
-			if !errors.Is(err, election.ErrInvalidConfig) {
-				t.Fatalf("got %v, want ErrInvalidConfig", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q does not mention %q", err, tc.want)
-			}
-		})
-	}
-	if _, err := election.New(db, "a name of any UTF-8: ünïcödé ✓", election.Config{}); err != nil {
-		t.Fatalf("valid input refused: %v", err)
-	}
-}
 
 func TestOneLeaderAmongGoroutines(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
@@ -131,9 +88,7 @@ func TestResignHandsOver(t *testing.T) {
 			t.Fatalf("resigned term: Err %v, IsLeader %v", ta.Err(), a.IsLeader())
 		}
 		tb := await(t, rb, 10*time.Second).term
-		if tb.Token() <= ta.Token() {
-			t.Fatalf("token %d after %d", tb.Token(), ta.Token())
-		}
+		assertTokenAfter(t, tb.Token(), ta.Token())
 		rec, err := newOperator(t, db, "resign").Leader(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -197,9 +152,7 @@ func TestRunResignsWhenContextEnds(t *testing.T) {
 		if ret := <-fnReturned; !ret.Before(r.at) {
 			t.Fatal("the next leader started before the previous leader's function returned")
 		}
-		if r.term.Token() <= tokenA {
-			t.Fatalf("token %d after %d", r.term.Token(), tokenA)
-		}
+		assertTokenAfter(t, r.term.Token(), tokenA)
 	})
 }
 
@@ -214,9 +167,7 @@ func TestCampaignTwiceOnOneElector(t *testing.T) {
 		}
 		resignAll(t, ta)
 		tb := await(t, campaign(ctx, a), 10*time.Second).term
-		if tb.Token() <= ta.Token() {
-			t.Fatalf("token %d after %d", tb.Token(), ta.Token())
-		}
+		assertTokenAfter(t, tb.Token(), ta.Token())
 	})
 }
 
@@ -254,253 +205,10 @@ func TestTokensIncreaseOverManyTerms(t *testing.T) {
 		if n := checkWrites(t, db); n != 120 {
 			t.Fatalf("%d writes, want 120", n)
 		}
-		var stale int
-		db.QueryRow("SELECT COUNT(*) FROM writes WHERE holder = 'stale'").Scan(&stale)
-		if stale != 0 {
+		if stale := writesBy(db, "stale"); stale != 0 {
 			t.Fatalf("%d stale writes accepted", stale)
 		}
 	})
-}
-
-// After a term ends, however it ends, no session in the pool owns the lock:
-// the pinned session was dropped, never returned.
-func TestPoolHoldsNoLockAfterTerms(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	admin := server.Open(t, "")
-	ctx := ctxFor(t, time.Minute)
-	e := newElector(t, election.GetLock, db, "pool", "a")
-	var lock string
-	for i := range 6 {
-		term := await(t, campaign(ctx, e), 10*time.Second).term
-		if i%2 == 0 {
-			resignAll(t, term)
-		} else {
-			rec, err := newOperator(t, db, "pool").Leader(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
-				t.Fatal(err)
-			}
-			<-term.Done()
-			resignAll(t, term)
-		}
-		if err := db.QueryRowContext(ctx, "SELECT lock_name FROM election_record").Scan(&lock); err != nil {
-			t.Fatal(err)
-		}
-		assertPoolHoldsNoLock(t, db, lock)
-	}
-}
-
-func assertPoolHoldsNoLock(t *testing.T, db *sql.DB, lock string) {
-	t.Helper()
-	ctx := ctxFor(t, 10*time.Second)
-	var conns []*sql.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range db.Stats().Idle {
-		c, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-		var owns, timeout int
-		if err := c.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) <=> CONNECTION_ID(), @@session.wait_timeout", lock).Scan(&owns, &timeout); err != nil {
-			t.Fatal(err)
-		}
-		if owns == 1 {
-			t.Fatal("a pooled session still owns the election's lock")
-		}
-		if timeout < 60 {
-			t.Fatalf("a pooled session kept the candidate's wait_timeout %d", timeout)
-		}
-	}
-}
-
-func TestLeaderRecord(t *testing.T) {
-	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
-		db, _ := newDB(t)
-		ctx := ctxFor(t, time.Minute)
-		name := strings.Repeat("a long election name, ünïcödé, ", 40)
-		a := newElector(t, s, db, name, "a")
-		observer := newOperator(t, db, name)
-		if _, err := observer.Leader(ctx); !errors.Is(err, election.ErrSchema) && !errors.Is(err, election.ErrNoLeader) {
-			t.Fatalf("before any term: %v", err)
-		}
-		term := await(t, campaign(ctx, a), 10*time.Second).term
-		time.Sleep(300 * time.Millisecond) // a few keepalives
-		rec, err := observer.Leader(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lockOK := rec.LockConnID == rec.ConnID // GetLock: the recorded session holds the lock
-		if s == election.LeaseRow {
-			lockOK = rec.LockConnID == 0 // a lease takes no lock
-		}
-		if rec.Name != name || rec.Strategy != s.String() || rec.Identity != "a" || rec.Token != term.Token() ||
-			rec.State != "leading" || !lockOK || rec.Expiry != 2*time.Second || rec.PID == 0 {
-			t.Fatalf("record: %+v", rec)
-		}
-		if rec.RenewedAgo < 0 || rec.RenewedAgo > rec.Expiry || !rec.Renewed.After(rec.Since) {
-			t.Fatalf("renewals not recorded: %+v", rec)
-		}
-		// Names that differ only in case or length are separate elections.
-		for _, other := range []string{strings.ToUpper(name), name + "x", name[:len(name)-1]} {
-			if _, err := newOperator(t, db, other).Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
-				t.Fatalf("election %q shares the leader of %q: %v", other[:20], name[:20], err)
-			}
-		}
-		resignAll(t, term)
-		rec, err = observer.Leader(ctx)
-		if !errors.Is(err, election.ErrNoLeader) || rec.State != "resigned" || rec.Ended.IsZero() {
-			t.Fatalf("after resign: %v %+v", err, rec)
-		}
-	})
-}
-
-func TestMissingPrivilegeNamesTheDDL(t *testing.T) {
-	t.Parallel()
-	_, dsn := newDB(t)
-	dbName := dsn[strings.LastIndex(dsn, "/")+1:]
-	if i := strings.Index(dbName, "?"); i >= 0 {
-		dbName = dbName[:i]
-	}
-	admin := server.Open(t, "")
-	user := "ro_" + dbName
-	for _, stmt := range []string{
-		"CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw'",
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON `" + dbName + "`.* TO '" + user + "'@'%'",
-	} {
-		if _, err := admin.Exec(stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { admin.Exec("DROP USER '" + user + "'@'%'") })
-	cfg := server.Config(dbName)
-	cfg.User, cfg.Passwd = user, "pw"
-	db := openDSN(t, cfg.FormatDSN())
-	e := newElector(t, election.GetLock, db, "no-create", "a")
-	_, err := e.Campaign(ctxFor(t, 10*time.Second))
-	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "CREATE TABLE IF NOT EXISTS `election_record`") {
-		t.Fatalf("campaign without CREATE privilege: %v", err)
-	}
-	// Once a DBA has created the tables, the same user campaigns.
-	if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
-		t.Fatal(err)
-	}
-	term, err := e.Campaign(ctxFor(t, 10*time.Second))
-	if err != nil {
-		t.Fatalf("campaign on tables a DBA created: %v", err)
-	}
-	resignAll(t, term)
-}
-
-func TestSkipCreateTablesReportsMissingTables(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	cfg := fast
-	cfg.SkipCreateTables = true
-	e, err := election.New(db, "skip", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = e.Campaign(ctxFor(t, 10*time.Second))
-	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "doesn't exist") || !strings.Contains(err.Error(), "CREATE TABLE") {
-		t.Fatalf("campaign without tables: %v", err)
-	}
-	ddl, err := election.SchemaDDL("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range strings.Split(strings.TrimSpace(ddl), ";") {
-		if strings.TrimSpace(stmt) != "" {
-			if _, err := db.Exec(stmt); err != nil {
-				t.Fatalf("DDL from SchemaDDL: %v", err)
-			}
-		}
-	}
-	term, err := e.Campaign(ctxFor(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resignAll(t, term)
-}
-
-func TestUnreachableServer(t *testing.T) {
-	t.Parallel()
-	db := openDSN(t, "root@tcp(127.0.0.1:1)/nowhere?timeout=1s")
-	e := newElector(t, election.GetLock, db, "unreachable", "a")
-	_, err := e.Campaign(ctxFor(t, 10*time.Second))
-	if err == nil || !strings.Contains(err.Error(), "reaching the server") || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("campaign against no server: %v", err)
-	}
-	// Run keeps trying (the server may come back) until its context ends.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	err = e.Run(ctx, func(context.Context, *election.Term) error { t.Error("led without a server"); return nil })
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Run against no server returned %v", err)
-	}
-}
-
-func TestDSNWithoutDatabase(t *testing.T) {
-	t.Parallel()
-	e := newElector(t, election.GetLock, server.Open(t, ""), "nodb", "a")
-	_, err := e.Campaign(ctxFor(t, 10*time.Second))
-	if !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), "names no database") {
-		t.Fatalf("campaign without a database: %v", err)
-	}
-}
-
-func openDSN(t testing.TB, dsn string) *sql.DB {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// Candidates of two strategies never share an election: the second one is
-// refused while the first runs, whether it learns of it from the live
-// candidates or from the acting term itself; once the election is idle the
-// strategy may change.
-func TestMixedStrategiesRefused(t *testing.T) {
-	t.Parallel()
-	for _, first := range strategies {
-		second := election.LeaseRow
-		if first == election.LeaseRow {
-			second = election.GetLock
-		}
-		t.Run(first.String()+"-then-"+second.String(), func(t *testing.T) {
-			t.Parallel()
-			db, _ := newDB(t)
-			ctx := ctxFor(t, time.Minute)
-			a := newElector(t, first, db, "mixed", "a")
-			b := newElector(t, second, db, "mixed", "b")
-			ta := await(t, campaign(ctx, a), 10*time.Second).term
-			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) {
-				t.Fatalf("campaign of another strategy beside a live candidate: %v", err)
-			}
-			// Without the candidate row, the acting term itself refuses.
-			if _, err := db.Exec("DELETE FROM election_candidate"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) || !ta.IsLeader() {
-				t.Fatalf("campaign of another strategy beside an acting term: %v (first still leads: %v)", err, ta.IsLeader())
-			}
-			resignAll(t, ta)
-			db.Exec("DELETE FROM election_candidate")
-			tb := await(t, campaign(ctx, b), 10*time.Second).term
-			if tb.Token() <= ta.Token() {
-				t.Fatalf("token %d after %d", tb.Token(), ta.Token())
-			}
-		})
-	}
 }
 
 // TryRun as a cluster lock: while one instance runs the task, and for
@@ -545,6 +253,219 @@ func TestTryRun(t *testing.T) {
 			return nil
 		}); err != nil || second <= first {
 			t.Fatalf("TryRun after the first ended: %v, token %d after %d", err, second, first)
+		}
+	})
+}
+
+// The observer sees terms start and end with their reason, and keepalives.
+func TestObserver(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	var mu sync.Mutex
+	var events []string
+	var renewals int
+	note := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
+	cfg := fast
+	cfg.Identity = "a"
+	cfg.Observer = &election.Observer{
+		TermStarted: func(election, id string, token uint64) { note("start " + election + " " + id) },
+		TermEnded:   func(election, id string, token uint64, reason string) { note("end " + reason) },
+		Renewed: func(_ string, latency time.Duration, err error) {
+			mu.Lock()
+			if err == nil && latency > 0 {
+				renewals++
+			}
+			mu.Unlock()
+		},
+	}
+	e := newElectorWith(t, db, "observed", cfg)
+	term := await(t, campaign(ctxFor(t, time.Minute), e), 10*time.Second).term
+	time.Sleep(350 * time.Millisecond)
+	resignAll(t, term)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(events, ", ") != "start observed a, end resigned" || renewals < 2 {
+		t.Fatalf("events %v, %d renewals", events, renewals)
+	}
+}
+
+// Candidates in separate processes make fenced writes while they lead; one
+// leader at a time, and the fencing invariant holds over every write.
+func TestOneLeaderAmongProcesses(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g := writingGroup(t, s, "procs", 4)
+		seen := map[uint64]string{}
+		var last uint64
+		for range 3 {
+			start := g.next(is("start"), 30*time.Second)
+			assertTokenAfter(t, start.Token, last)
+			seen[start.Token], last = start.ID, start.Token
+			g.next(isFrom("write", start.ID), 10*time.Second)
+			g.signal(start.ID, syscall.SIGTERM) // graceful: Run resigns
+			g.next(isFrom("exit", start.ID), 10*time.Second)
+		}
+		if n := checkWrites(t, db); n == 0 {
+			t.Fatal("no fenced writes")
+		}
+	})
+}
+
+func TestLeaderProcessKilled(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g, first := leadingGroup(t, s, "sigkill", 3)
+		g.signal(first.ID, syscall.SIGKILL)
+		g.nextLeader(first, 10*time.Second)
+		checkWrites(t, db)
+	})
+}
+
+// A stopped leader loses the lock once the server drops its idle session,
+// and when it resumes it knows it no longer leads; its writes are refused.
+func TestLeaderProcessStopped(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g, first := leadingGroup(t, s, "sigstop", 2)
+		g.signal(first.ID, syscall.SIGSTOP)
+		second := g.nextLeader(first, 30*time.Second)
+		g.signal(first.ID, syscall.SIGCONT)
+		end := g.next(isFrom("end", first.ID), 10*time.Second)
+		if !hasPrefix(end.Reason, election.ErrLeaseExpired, election.ErrSessionLost, election.ErrLockLost) {
+			t.Fatalf("resumed leader's term ended with %q", end.Reason)
+		}
+		// The resumed leader campaigns again and waits; the new leader keeps
+		// writing, and no write of the stale term lands after the new term's.
+		g.next(isFrom("write", second.ID), 10*time.Second)
+		checkWrites(t, db)
+	})
+}
+
+// leadingGroup starts n candidate processes that make fenced writes, and
+// returns once one of them leads and has written.
+func leadingGroup(t *testing.T, s election.Strategy, name string, n int) (*sql.DB, *group, event) {
+	t.Helper()
+	db, g := writingGroup(t, s, name, n)
+	first := g.next(is("start"), 30*time.Second)
+	g.next(isFrom("write", first.ID), 10*time.Second)
+	return db, g, first
+}
+
+// nextLeader waits until another process than old's leads, with a higher
+// token, and has written.
+func (g *group) nextLeader(old event, limit time.Duration) event {
+	g.t.Helper()
+	next := g.next(is("start"), limit)
+	if next.ID == old.ID || next.Token <= old.Token {
+		g.t.Fatalf("after the fault on %s (token %d): %s leads with token %d", old.ID, old.Token, next.ID, next.Token)
+	}
+	g.next(isFrom("write", next.ID), 10*time.Second)
+	return next
+}
+
+func hasPrefix(s string, errs ...error) bool {
+	for _, err := range errs {
+		if strings.HasPrefix(s, err.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+// A leader cut off by a network blackhole ends its term before the server
+// frees the lock for the next leader.
+func TestBlackholeEndsTermBeforeNextStarts(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		ta, rb, proxy := proxiedLeader(t, s, "blackhole")
+		time.Sleep(300 * time.Millisecond) // b waits in GET_LOCK
+		proxy.Blackhole()
+		r := await(t, rb, 30*time.Second)
+		if ta.Err() == nil {
+			t.Fatal("the next leader started while the cut-off leader's term still lasted")
+		}
+		if !errors.Is(ta.Err(), election.ErrLeaseExpired) {
+			t.Fatalf("cut-off leader's term ended with %v, want ErrLeaseExpired", ta.Err())
+		}
+		assertTokenAfter(t, r.term.Token(), ta.Token())
+		proxy.Restore()
+	})
+}
+
+// A server restart: no one leads while it is down, one leads after, and
+// tokens keep increasing.
+func TestServerRestart(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		if mysqltest.PrivateBinary() == "" {
+			t.Skip("needs a mariadbd/mysqld binary to start a server of its own; only a DSN was given")
+		}
+		srv, err := mysqltest.StartPrivate(ctxFor(t, 2*time.Minute), mysqltest.PrivateBinary())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Close)
+		dbName := srv.NewDatabase(t)
+		var acting atomic.Int32
+		type start struct {
+			id    string
+			token uint64
+		}
+		starts := make(chan start, 100)
+		for _, id := range []string{"a", "b"} {
+			e := newElector(t, s, srv.Open(t, dbName), "restart", id)
+			runInBackground(t, context.Background(), e, func(ctx context.Context, term *election.Term) error {
+				if acting.Add(1) != 1 {
+					t.Error("two leaders at once")
+				}
+				defer acting.Add(-1)
+				starts <- start{id, term.Token()}
+				<-ctx.Done()
+				return nil
+			})
+		}
+		first := <-starts
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		// The leader's term ends (session lost or lease expired) and nobody
+		// leads while the server is down.
+		waitFor(t, "the leader to stop acting after the server died", 10*time.Second, func() bool { return acting.Load() == 0 })
+		time.Sleep(3 * time.Second)
+		if acting.Load() != 0 || len(starts) != 0 {
+			t.Fatal("a term started while the server was down")
+		}
+		if err := srv.Boot(ctxFor(t, time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case next := <-starts:
+			if next.token <= first.token {
+				t.Fatalf("token %d after restart, %d before", next.token, first.token)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no leader within 30s of the restart")
+		}
+	})
+}
+
+// A candidate whose new connection goes into a partition (its handshake is
+// dropped) gives up after Lease+Margin instead of hanging until the
+// server's connect_timeout, so that it soon waits again and can take over.
+func TestCampaignGivesUpOnAHungConnection(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		dbName := server.NewDatabase(t)
+		if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
+			t.Fatal(err)
+		}
+		db, proxy := viaProxy(t, dbName)
+		e := newElector(t, s, db, "hung", "a")
+		// A first term while the network works: tables and lock name known.
+		resignAll(t, await(t, campaign(ctxFor(t, time.Minute), e), 10*time.Second).term)
+		db.SetMaxIdleConns(0) // every session is new, through the partition
+		proxy.Blackhole()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := e.Campaign(ctx)
+		// Its own deadline, not the server's connect_timeout (which ends the
+		// handshake with an invalid connection) nor the caller's context.
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			t.Fatalf("campaign through a partition: %v (caller's context: %v); want it to give up by itself", err, ctx.Err())
 		}
 	})
 }

@@ -5,8 +5,8 @@ import "errors"
 // Errors callers branch on. Errors the package returns wrap them; use
 // errors.Is.
 var (
-	// ErrInvalidConfig: New was given input it cannot use; the message says
-	// which and how to fix it.
+	// ErrInvalidConfig: New or NewOperator was given input it cannot use;
+	// the message says which and how to fix it.
 	ErrInvalidConfig = errors.New("election: invalid configuration")
 	// ErrSchema: the tables are missing or the user may not use them; the
 	// message carries the DDL to run.

@@ -5,13 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqlelect/election"
 )
 
+// status serves one GET request with h and returns its code and body.
 func status(h http.Handler) (int, string) {
 	rr := httptest.NewRecorder()
 	h.ServeHTTP(rr, httptest.NewRequest("GET", "/", nil))
@@ -26,19 +26,13 @@ func TestHealthHandler(t *testing.T) {
 	db, _ := newDB(t)
 	a := newElector(t, election.GetLock, db, "health", "a")
 	ops := newOperator(t, db, "health")
-	ctx, cancel := context.WithCancel(context.Background())
 	unblock := make(chan struct{})
 	started := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		a.Run(ctx, func(context.Context, *election.Term) error {
-			close(started)
-			<-unblock // ignores its context
-			return nil
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	runInBackground(t, context.Background(), a, func(context.Context, *election.Term) error {
+		close(started)
+		<-unblock // ignores its context
+		return nil
+	})
 	<-started
 	if code, body := status(a.HealthHandler()); code != http.StatusOK {
 		t.Fatalf("healthy leader: %d %s", code, body)
@@ -60,73 +54,23 @@ func TestHealthHandler(t *testing.T) {
 	})
 }
 
-func TestFenceHandler(t *testing.T) {
-	t.Parallel()
-	var f election.Fence
-	var mu sync.Mutex
-	var written []string
-	store := f.Handler(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		written = append(written, r.URL.Path+"@"+r.Header.Get(election.TokenHeader))
-		mu.Unlock()
-	}))
-	send := func(path, token string) int {
-		req := httptest.NewRequest("PUT", path, nil)
-		if token != "" {
-			req.Header.Set(election.TokenHeader, token)
-		}
-		rr := httptest.NewRecorder()
-		store.ServeHTTP(rr, req)
-		return rr.Code
-	}
-	for _, tc := range []struct {
-		path, token string
-		want        int
-	}{
-		{"/a", "5", 200}, {"/a", "6", 200}, {"/a", "6", 200}, {"/a", "5", 409},
-		{"/b", "1", 200}, // resources are fenced apart
-		{"/a", "", 400}, {"/a", "x", 400},
-	} {
-		if got := send(tc.path, tc.token); got != tc.want {
-			t.Fatalf("PUT %s with token %q: %d, want %d", tc.path, tc.token, got, tc.want)
-		}
-	}
-	if strings.Join(written, " ") != "/a@5 /a@6 /a@6 /b@1" {
-		t.Fatalf("written: %v", written)
-	}
-}
-
-// The observer sees terms start and end with their reason, and keepalives.
-func TestObserver(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	var mu sync.Mutex
-	var events []string
-	var renewals int
-	note := func(s string) { mu.Lock(); events = append(events, s); mu.Unlock() }
-	cfg := fast
-	cfg.Identity = "a"
-	cfg.Observer = &election.Observer{
-		TermStarted: func(election, id string, token uint64) { note("start " + election + " " + id) },
-		TermEnded:   func(election, id string, token uint64, reason string) { note("end " + reason) },
-		Renewed: func(_ string, latency time.Duration, err error) {
-			mu.Lock()
-			if err == nil && latency > 0 {
-				renewals++
+func TestLeaderHandler(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		a, b := newElector(t, s, db, "http", "a"), newElector(t, s, db, "http", "b")
+		term := await(t, campaign(ctx, a), 10*time.Second).term
+		for _, tc := range []struct {
+			e    *election.Elector
+			code int
+		}{{a, http.StatusOK}, {b, http.StatusServiceUnavailable}} {
+			if code, _ := status(tc.e.LeaderHandler()); code != tc.code {
+				t.Fatalf("%s: %d, want %d", tc.e.Identity(), code, tc.code)
 			}
-			mu.Unlock()
-		},
-	}
-	e, err := election.New(db, "observed", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	term := await(t, campaign(ctxFor(t, time.Minute), e), 10*time.Second).term
-	time.Sleep(350 * time.Millisecond)
-	resignAll(t, term)
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(events, ", ") != "start observed a, end resigned" || renewals < 2 {
-		t.Fatalf("events %v, %d renewals", events, renewals)
-	}
+		}
+		resignAll(t, term)
+		if code, _ := status(a.LeaderHandler()); code != http.StatusServiceUnavailable {
+			t.Fatalf("after resign: %d", code)
+		}
+	})
 }

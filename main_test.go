@@ -5,20 +5,19 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
-
 	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/faultproxy"
 	"github.com/sqlelect/election/internal/mysqltest"
@@ -88,11 +87,27 @@ func viaProxy(t testing.TB, dbName string) (*sql.DB, *faultproxy.Proxy) {
 	return openDSN(t, cfg.FormatDSN()), proxy
 }
 
+// openDSN returns a pool on dsn, closed when the test ends.
+func openDSN(t testing.TB, dsn string) *sql.DB {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 func newElector(t testing.TB, s election.Strategy, db *sql.DB, name, id string) *election.Elector {
 	t.Helper()
 	cfg := fast
 	cfg.Strategy = s
 	cfg.Identity = id
+	return newElectorWith(t, db, name, cfg)
+}
+
+// newElectorWith returns a candidate of election name on db with cfg.
+func newElectorWith(t testing.TB, db *sql.DB, name string, cfg election.Config) *election.Elector {
+	t.Helper()
 	e, err := election.New(db, name, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +119,13 @@ func newElector(t testing.TB, s election.Strategy, db *sql.DB, name, id string) 
 // timing.
 func newOperator(t testing.TB, db *sql.DB, name string) *election.Operator {
 	t.Helper()
-	o, err := election.NewOperator(db, name, fast)
+	return newOperatorWith(t, db, name, fast)
+}
+
+// newOperatorWith returns an Operator of election name on db with cfg.
+func newOperatorWith(t testing.TB, db *sql.DB, name string, cfg election.Config) *election.Operator {
+	t.Helper()
+	o, err := election.NewOperator(db, name, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,6 +178,101 @@ func resignAll(t testing.TB, terms ...*election.Term) {
 	}
 }
 
+// assertTokenAfter fails the test unless token is higher than prev: a later
+// term's token is.
+func assertTokenAfter(t testing.TB, token, prev uint64) {
+	t.Helper()
+	if token <= prev {
+		t.Fatalf("token %d after %d", token, prev)
+	}
+}
+
+// proxiedLeader has candidate a of election name lead on connections through
+// a fault proxy, and candidate b campaign on direct ones. It returns a's
+// term, b's campaign and the proxy, with no fault yet.
+func proxiedLeader(t *testing.T, s election.Strategy, name string) (*election.Term, <-chan result, *faultproxy.Proxy) {
+	t.Helper()
+	dbName := server.NewDatabase(t)
+	proxied, proxy := viaProxy(t, dbName)
+	ctx := ctxFor(t, time.Minute)
+	a := newElector(t, s, proxied, name, "a")
+	b := newElector(t, s, server.Open(t, dbName), name, "b")
+	ta := await(t, campaign(ctx, a), 10*time.Second).term
+	return ta, campaign(ctx, b), proxy
+}
+
+// runInBackground runs e.Run with fn on a goroutine of its own, until ctx
+// ends or the test does: the test's clean-up ends Run's context and waits
+// until Run has returned.
+func runInBackground(t testing.TB, ctx context.Context, e *election.Elector, fn func(context.Context, *election.Term) error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Run(ctx, fn)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// waitFor polls cond every 20ms until it holds, and fails the test after
+// limit.
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dbNameOf returns the name of the database db is on.
+func dbNameOf(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// openAsUser creates a user with the given GRANT (%s stands for the user)
+// and returns a pool on dbName as that user.
+func openAsUser(t *testing.T, dbName, user, grant string) *sql.DB {
+	t.Helper()
+	admin := server.Open(t, "")
+	account := "'" + user + "'@'%'"
+	for _, stmt := range []string{"CREATE USER " + account + " IDENTIFIED BY 'pw'", strings.ReplaceAll(grant, "%s", account)} {
+		if _, err := admin.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec("DROP USER " + account) })
+	cfg := server.Config(dbName)
+	cfg.User, cfg.Passwd = user, "pw"
+	return openDSN(t, cfg.FormatDSN())
+}
+
+// assertHistoryReason fails the test unless the history of ops's election
+// has term token, ended for reason want.
+func assertHistoryReason(t *testing.T, ops *election.Operator, token uint64, want string) {
+	t.Helper()
+	hist, err := ops.History(ctxFor(t, 10*time.Second), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hist {
+		if h.Token == token {
+			if h.Reason != want {
+				t.Fatalf("term %d's history reason %q, want %q", token, h.Reason, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("term %d not in the history %+v", token, hist)
+}
+
 // createWrites makes the table that fenced writes go to: id order is commit
 // order for fenced writes, so tokens must never decrease along it.
 func createWrites(t testing.TB, db *sql.DB) {
@@ -172,6 +288,13 @@ func fencedWrite(ctx context.Context, term *election.Term, holder string) error 
 		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, ?)", term.Token(), holder)
 		return err
 	})
+}
+
+// writesBy returns the number of accepted writes of holder.
+func writesBy(db *sql.DB, holder string) int {
+	var n int
+	db.QueryRow("SELECT COUNT(*) FROM writes WHERE holder = ?", holder).Scan(&n)
+	return n
 }
 
 // checkWrites asserts the fencing invariant over every accepted write: in
@@ -286,6 +409,17 @@ func newGroup(t testing.TB, s election.Strategy, dsn, name string) *group {
 	return &group{t: t, s: s, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}, events: make(chan event, 100000)}
 }
 
+// writingGroup starts n candidate processes of election name, on a fresh
+// database with the writes table, and returns that database and the group.
+func writingGroup(t testing.TB, s election.Strategy, name string, n int) (*sql.DB, *group) {
+	t.Helper()
+	db, dsn := newDB(t)
+	createWrites(t, db)
+	g := newGroup(t, s, dsn, name)
+	g.spawn(n)
+	return db, g
+}
+
 // start launches a candidate process named id.
 func (g *group) start(id string) {
 	t := g.t
@@ -365,13 +499,4 @@ func is(kind string) func(event) bool { return func(e event) bool { return e.Ev 
 
 func isFrom(kind, id string) func(event) bool {
 	return func(e event) bool { return e.Ev == kind && e.ID == id }
-}
-
-func isOneOf(err error, targets ...error) bool {
-	for _, target := range targets {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
 }

@@ -1,0 +1,83 @@
+package election_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+func TestNewRejectsBadInput(t *testing.T) {
+	db, err := sql.Open("mysql", "u@tcp(127.0.0.1:1)/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	one, _ := sql.Open("mysql", "u@tcp(127.0.0.1:1)/d")
+	one.SetMaxOpenConns(1)
+	defer one.Close()
+	cases := []struct {
+		name     string
+		db       *sql.DB
+		election string
+		cfg      election.Config
+		want     string // in the message
+	}{
+		{"nil db", nil, "x", election.Config{}, "db is nil"},
+		{"empty name", db, "", election.Config{}, "name is empty"},
+		{"name not UTF-8", db, "a\xffb", election.Config{}, "not valid UTF-8"},
+		{"name too long", db, strings.Repeat("n", 70000), election.Config{}, "limit is 65535"},
+		{"negative interval", db, "x", election.Config{Interval: -time.Second}, "Interval"},
+		{"lease not twice the interval", db, "x", election.Config{Interval: time.Second, Lease: 1500 * time.Millisecond}, "at least 2×Interval"},
+		{"negative margin", db, "x", election.Config{Margin: -1}, "Margin"},
+		{"negative check interval", db, "x", election.Config{CheckInterval: -1}, "CheckInterval"},
+		{"lease beyond wait_timeout", db, "x", election.Config{Lease: 400 * 24 * time.Hour}, "wait_timeout"},
+		{"bad table prefix", db, "x", election.Config{TablePrefix: "bad-prefix"}, "TablePrefix"},
+		{"identity too long", db, "x", election.Config{Identity: strings.Repeat("i", 256)}, "Identity"},
+		{"pool of one connection", one, "x", election.Config{}, "SetMaxOpenConns(2)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := election.New(tc.db, tc.election, tc.cfg)
+			if !errors.Is(err, election.ErrInvalidConfig) {
+				t.Fatalf("got %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not mention %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := election.New(db, "a name of any UTF-8: ünïcödé ✓", election.Config{}); err != nil {
+		t.Fatalf("valid input refused: %v", err)
+	}
+}
+
+func TestDSNWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	e := newElector(t, election.GetLock, server.Open(t, ""), "nodb", "a")
+	_, err := e.Campaign(ctxFor(t, 10*time.Second))
+	if !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), "names no database") {
+		t.Fatalf("campaign without a database: %v", err)
+	}
+}
+
+func TestUnreachableServer(t *testing.T) {
+	t.Parallel()
+	db := openDSN(t, "root@tcp(127.0.0.1:1)/nowhere?timeout=1s")
+	e := newElector(t, election.GetLock, db, "unreachable", "a")
+	_, err := e.Campaign(ctxFor(t, 10*time.Second))
+	if err == nil || !strings.Contains(err.Error(), "reaching the server") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("campaign against no server: %v", err)
+	}
+	// Run keeps trying (the server may come back) until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = e.Run(ctx, func(context.Context, *election.Term) error { t.Error("led without a server"); return nil })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run against no server returned %v", err)
+	}
+}

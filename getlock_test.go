@@ -1,0 +1,313 @@
+package election_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// After a term ends, however it ends, no session in the pool owns the lock:
+// the pinned session was dropped, never returned.
+func TestPoolHoldsNoLockAfterTerms(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	admin := server.Open(t, "")
+	ctx := ctxFor(t, time.Minute)
+	e := newElector(t, election.GetLock, db, "pool", "a")
+	var lock string
+	for i := range 6 {
+		term := await(t, campaign(ctx, e), 10*time.Second).term
+		if i%2 == 0 {
+			resignAll(t, term)
+		} else {
+			rec, err := newOperator(t, db, "pool").Leader(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+				t.Fatal(err)
+			}
+			<-term.Done()
+			resignAll(t, term)
+		}
+		if err := db.QueryRowContext(ctx, "SELECT lock_name FROM election_record").Scan(&lock); err != nil {
+			t.Fatal(err)
+		}
+		assertPoolHoldsNoLock(t, db, lock)
+	}
+}
+
+func assertPoolHoldsNoLock(t *testing.T, db *sql.DB, lock string) {
+	t.Helper()
+	ctx := ctxFor(t, 10*time.Second)
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range db.Stats().Idle {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var owns, timeout int
+		if err := c.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) <=> CONNECTION_ID(), @@session.wait_timeout", lock).Scan(&owns, &timeout); err != nil {
+			t.Fatal(err)
+		}
+		if owns == 1 {
+			t.Fatal("a pooled session still owns the election's lock")
+		}
+		if timeout < 60 {
+			t.Fatalf("a pooled session kept the candidate's wait_timeout %d", timeout)
+		}
+	}
+}
+
+// A connection reset between leader and server: under GetLock the pinned
+// session is gone, so the term ends at the next keepalive and the other
+// candidate leads. (Under LeaseRow the term goes on:
+// TestLeaseTermSurvivesConnectionReset.)
+func TestConnectionResetEndsGetLockTerm(t *testing.T) {
+	t.Parallel()
+	ta, rb, proxy := proxiedLeader(t, election.GetLock, "reset")
+	proxy.Reset()
+	r := await(t, rb, 30*time.Second)
+	<-ta.Done()
+	if !isOneOf(ta.Err(), election.ErrSessionLost, election.ErrLeaseExpired) {
+		t.Fatalf("term ended with %v", ta.Err())
+	}
+	assertTokenAfter(t, r.term.Token(), ta.Token())
+}
+
+// KILL CONNECTION of the leader's session: the next candidate leads at once,
+// while the old leader still believes it leads until its next keepalive. In
+// that window its fenced writes are refused by the database, and the old
+// term ends at the keepalive.
+func TestKilledSessionIsFenced(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	createWrites(t, db)
+	admin := server.Open(t, "")
+	ctx := ctxFor(t, time.Minute)
+	slow := election.Config{Identity: "a", Interval: 3 * time.Second, Lease: 8 * time.Second, Margin: time.Second}
+	a := newElectorWith(t, db, "kill", slow)
+	b := newElector(t, election.GetLock, db, "kill", "b")
+	ta := await(t, campaign(ctx, a), 10*time.Second).term
+	rec, err := newOperator(t, db, "kill").Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := campaign(ctx, b)
+	time.Sleep(200 * time.Millisecond)
+	killed := time.Now()
+	if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+		t.Fatal(err)
+	}
+	tb := await(t, rb, 10*time.Second).term
+	if !ta.IsLeader() || time.Since(killed) > 2*time.Second {
+		t.Fatal("setup: the killed leader's next keepalive came too soon to test the window")
+	}
+	err = fencedWrite(ctx, ta, "a")
+	var stale *election.StaleTokenError
+	if !errors.As(err, &stale) {
+		t.Fatalf("fenced write of the killed term: %v, want a StaleTokenError", err)
+	}
+	if stale.Current != tb.Token() || stale.Cause != nil {
+		t.Fatalf("write in the window was not refused by the database: %+v", stale)
+	}
+	<-ta.Done()
+	if !isOneOf(ta.Err(), election.ErrSessionLost, election.ErrLockLost) {
+		t.Fatalf("killed term ended with %v", ta.Err())
+	}
+	if err := fencedWrite(ctx, tb, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if n := checkWrites(t, db); n != 1 {
+		t.Fatalf("%d writes, want only the new leader's", n)
+	}
+}
+
+func isOneOf(err error, targets ...error) bool {
+	for _, target := range targets {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// A leader whose keepalive is stuck inside a query (blocked on a row lock)
+// loses its lease; a contender sees the stale record, cross-checks the lock
+// owner and kills the session. The next term starts only after the stuck
+// term ended, with a higher token.
+func TestHangDetectionKillsStuckLeader(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	a := newElector(t, election.GetLock, db, "hang", "a")
+	b := newElector(t, election.GetLock, server.Open(t, dbNameOf(t, db)), "hang", "b")
+	ta := await(t, campaign(ctx, a), 10*time.Second).term
+	rb := campaign(ctx, b)
+	release := holdRecordRow(t, db)
+	<-ta.Done()
+	if !errors.Is(ta.Err(), election.ErrLeaseExpired) {
+		t.Fatalf("stuck leader's term ended with %v, want ErrLeaseExpired", ta.Err())
+	}
+	waitFor(t, "the contender to kill the stuck session", 20*time.Second, func() bool { return b.Stats().Kills > 0 })
+	release()
+	r := await(t, rb, 20*time.Second)
+	assertTokenAfter(t, r.term.Token(), ta.Token())
+	assertHistoryReason(t, newOperator(t, db, "hang"), ta.Token(), "hang-killed")
+}
+
+// Without the privilege to kill the stuck leader's session, a contender
+// reports it and never takes over while that session holds the lock.
+func TestHangWithoutKillPrivilege(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	dbName := dbNameOf(t, db)
+	a := newElector(t, election.GetLock, db, "hang-nopriv", "a")
+	ta := await(t, campaign(ctx, a), 10*time.Second).term
+	lowly := openAsUser(t, dbName, "nokill_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
+	b := newElector(t, election.GetLock, lowly, "hang-nopriv", "b")
+	rb := campaign(ctx, b)
+	release := holdRecordRow(t, db)
+	<-ta.Done()
+	waitFor(t, "the refused kill to be reported", 20*time.Second, func() bool { return b.Stats().KillsDenied > 0 })
+	select {
+	case r := <-rb:
+		t.Fatalf("took over without killing the stuck leader: %+v", r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	released := time.Now()
+	release() // the stuck query finishes; its session, whose client left, ends
+	r := await(t, rb, 20*time.Second)
+	if r.at.Before(released) || b.Stats().Kills != 0 {
+		t.Fatalf("takeover at %v, before the stuck session ended at %v (kills %d)", r.at, released, b.Stats().Kills)
+	}
+}
+
+// holdRecordRow blocks every write to the election's record row, as a long
+// transaction of another client would, until the returned func is called.
+func holdRecordRow(t *testing.T, db *sql.DB) func() {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow("SELECT COUNT(*) FROM election_record FOR UPDATE").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(release)
+	return release
+}
+
+// A leader that keeps renewing but ignores the demotion (an old or broken
+// client, played here by raw SQL) is killed after its lease plus margin, and
+// the next term does not start before that leader's lease has certainly
+// expired, on the database clock.
+func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	b := newElector(t, election.GetLock, db, "rogue", "b")
+	resignAll(t, await(t, campaign(ctx, b), 10*time.Second).term) // creates tables and the record
+	var lock string
+	if err := db.QueryRow("SELECT lock_name FROM election_record").Scan(&lock); err != nil {
+		t.Fatal(err)
+	}
+	rogue := startRogueLeader(t, db, lock)
+	rb := campaign(ctx, b)
+	ops := newOperator(t, db, "rogue")
+	killed, err := ops.Demote(ctxFor(t, 20*time.Second))
+	if err != nil || !killed {
+		t.Fatalf("demote of a leader that ignores it: killed %v, err %v", killed, err)
+	}
+	r := await(t, rb, 20*time.Second)
+	var now string
+	if err := db.QueryRow("SELECT UTC_TIMESTAMP(6)").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	leaseEnd := rogue.lastRenewal().Add(2 * time.Second)
+	if started := parseDBTime(t, now); started.Before(leaseEnd) {
+		t.Fatalf("new term (token %d) acted at %v, before the killed leader's lease ended at %v", r.term.Token(), started, leaseEnd)
+	}
+}
+
+type rogueLeader struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (r *rogueLeader) lastRenewal() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// startRogueLeader takes the election's lock on a session of its own and
+// renews the record every 100ms, ignoring demotion requests, until killed.
+func startRogueLeader(t *testing.T, db *sql.DB, lock string) *rogueLeader {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Raw(func(any) error { return errors.New("drop") }); conn.Close() })
+	var got int
+	var id uint64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 5), CONNECTION_ID()", lock).Scan(&got, &id); err != nil || got != 1 {
+		t.Fatalf("rogue GET_LOCK: %v %d", err, got)
+	}
+	if _, err := conn.ExecContext(ctx, "UPDATE election_epoch SET epoch = epoch + 1 WHERE lock_name = ?", lock); err != nil {
+		t.Fatal(err)
+	}
+	r := &rogueLeader{}
+	renew := func() error {
+		var now string
+		if err := conn.QueryRowContext(ctx, "SELECT UTC_TIMESTAMP(6)").Scan(&now); err != nil {
+			return err
+		}
+		_, err := conn.ExecContext(ctx, "UPDATE election_record SET state = 'leading', epoch = (SELECT epoch FROM election_epoch WHERE lock_name = ?), "+
+			"holder = 'rogue', conn_id = ?, lease_us = 2000000, ended_at = NULL, renewed_at = ? WHERE lock_name = ?", lock, id, now, lock)
+		if err == nil {
+			r.mu.Lock()
+			r.last = parseDBTime(t, now)
+			r.mu.Unlock()
+		}
+		return err
+	}
+	if err := renew(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for renew() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { <-done })
+	return r
+}
+
+func parseDBTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse("2006-01-02 15:04:05.999999", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

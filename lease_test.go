@@ -1,0 +1,64 @@
+package election_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// A connection reset between leader and server: under LeaseRow the pool
+// reconnects and the term goes on. (Under GetLock it ends:
+// TestConnectionResetEndsGetLockTerm.)
+func TestLeaseTermSurvivesConnectionReset(t *testing.T) {
+	t.Parallel()
+	ta, rb, proxy := proxiedLeader(t, election.LeaseRow, "reset")
+	proxy.Reset()
+	time.Sleep(3 * fast.Lease)
+	if !ta.IsLeader() || ta.Err() != nil || len(rb) != 0 {
+		t.Fatalf("a lease term ended on a connection reset: %v", ta.Err())
+	}
+}
+
+// A lease term lives by its record's renewal. The candidate heartbeat that
+// goes with it may fail on its own (a reset connection in the middle of it;
+// here, a missing UPDATE grant on the candidates' table): the term goes on.
+func TestLeaseTermSurvivesAFailedHeartbeat(t *testing.T) {
+	t.Parallel()
+	dbName := server.NewDatabase(t)
+	ctx := ctxFor(t, time.Minute)
+	if err := election.CreateSchema(ctx, server.Open(t, dbName), ""); err != nil {
+		t.Fatal(err)
+	}
+	db := openAsUser(t, dbName, "nohb_"+dbName, "GRANT SELECT, INSERT, DELETE ON `"+dbName+"`.* TO %s")
+	admin := server.Open(t, "")
+	account := "'nohb_" + dbName + "'@'%'"
+	for _, table := range []string{"election_record", "election_epoch", "election_term", "election_candidate"} {
+		if _, err := admin.Exec("GRANT UPDATE ON `" + dbName + "`.`" + table + "` TO " + account); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fast
+	cfg.Strategy, cfg.Identity, cfg.SkipCreateTables = election.LeaseRow, "a", true
+	e := newElectorWith(t, db, "heartbeat", cfg)
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Resign(ctx)
+	if _, err := admin.Exec("REVOKE UPDATE ON `" + dbName + "`.`election_candidate` FROM " + account); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * cfg.Lease) // heartbeats are due every Lease/2
+	var ageMS int64
+	if err := admin.QueryRow("SELECT TIMESTAMPDIFF(MICROSECOND, seen_at, UTC_TIMESTAMP(6)) DIV 1000 FROM `" + dbName +
+		"`.election_candidate WHERE identity = 'a'").Scan(&ageMS); err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(ageMS)*time.Millisecond < 2*cfg.Lease {
+		t.Fatalf("the candidate row was renewed %d ms ago: the heartbeats did not fail, the test tests nothing", ageMS)
+	}
+	if !term.IsLeader() || term.Err() != nil {
+		t.Fatalf("the term ended when only its candidate heartbeat failed: %v", term.Err())
+	}
+}
