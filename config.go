@@ -92,10 +92,11 @@ type Config struct {
 	Observer *Observer
 }
 
-// Observer receives an Elector's (and an Operator's kills') events, for
+// Observer receives an Elector's events (and an Operator's kills), for
 // metrics and tracing. Every field is optional. The functions are called
-// synchronously from the Elector's goroutines: they must be fast and must
-// not call the Elector.
+// synchronously from the goroutine that saw the event (the Elector's, or
+// the one that called Operator.Demote): they must be fast and must not call
+// the Elector or the Operator.
 type Observer struct {
 	// TermStarted: this candidate began a term.
 	TermStarted func(election, identity string, token uint64)

@@ -145,18 +145,19 @@ func (s *pinned) contend(ctx context.Context) error {
 	if why == "" {
 		return nil
 	}
-	err = kill(ctx, s.conn, st, rec, why, s.g.log)
-	switch {
-	case errors.Is(err, ErrKillDenied):
-		s.g.killsDenied.Add(1)
+	err = st.kill(ctx, s.conn, s.lock, rec, why, s.g.log, func(err error) {
+		if err == nil {
+			s.g.kills.Add(1)
+		} else {
+			s.g.killsDenied.Add(1)
+		}
+	})
+	if errors.Is(err, ErrKillDenied) {
 		// Never take over without the kill: keep waiting, and say why.
 		s.g.log.Error("cannot end a stuck leader's session", "err", err, "holder", rec.Identity, "conn_id", rec.ConnID)
 		return nil
-	case err != nil:
-		return err
 	}
-	s.g.kills.Add(1)
-	return st.endTerm(ctx, s.conn, s.lock, rec.Token, why)
+	return err
 }
 
 // startTerm opens the term in one transaction on the pinned session; see

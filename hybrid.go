@@ -14,6 +14,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // States of the record, and reasons in the term history.
@@ -188,6 +190,39 @@ func (r Record) overdue() string {
 		return stateDemoteKilled
 	}
 	return ""
+}
+
+// kill ends, through q, the session of a holder that Record.overdue found
+// stuck or disobedient, and records why. rec must come from a read that
+// cross-checked the lock owner with IS_USED_LOCK (its callers,
+// pinned.contend and Operator.demote, read it so); no other session id is
+// ever killed. counted, if not nil, learns the outcome first: nil for a
+// kill, or the refusal. A refused kill returns ErrKillDenied with the grant
+// to give.
+func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, why string, log *slog.Logger, counted func(error)) error {
+	if _, err := q.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
+		var me *mysql.MySQLError
+		switch {
+		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
+		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
+			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
+				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
+				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
+			if counted != nil {
+				counted(err)
+			}
+			s.cfg.Observer.killed(s.name, why, err)
+			return err
+		default:
+			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
+		}
+	}
+	if counted != nil {
+		counted(nil)
+	}
+	s.cfg.Observer.killed(s.name, why, nil)
+	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
+	return s.endTerm(ctx, q, lock, rec.Token, why)
 }
 
 // utcMicros reads a DATETIME(6) column written in UTC as microseconds since

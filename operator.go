@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // Operator reads an election and steers it, without campaigning: who leads,
@@ -22,9 +20,11 @@ type Operator struct {
 }
 
 // NewOperator returns an Operator of the election called name on db. Of
-// cfg it uses TablePrefix, Interval (how often Watch reads), Logger and
-// Observer (Killed); candidates and operators of one election may share one
-// Config. Like New, it validates its input but does no I/O.
+// cfg it uses TablePrefix, Interval (how often Watch reads), HistoryLimit
+// (History's default), Logger and Observer (Killed: an Operator's kills are
+// reported there and in Demote's result, not in any Stats). It validates
+// cfg as New does, so candidates and operators of one election can share
+// one Config, and does no I/O.
 func NewOperator(db *sql.DB, name string, cfg Config) (*Operator, error) {
 	cfg, err := checked(db, name, cfg)
 	if err != nil {
@@ -163,10 +163,7 @@ func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
 			return false, nil // the term has ended
 		}
 		if why := cur.overdue(); why != "" {
-			if err := kill(ctx, o.st.db, o.st, cur, why, o.log); err != nil {
-				return true, err
-			}
-			return true, o.st.endTerm(ctx, o.st.db, lock, cur.Token, why)
+			return true, o.st.kill(ctx, o.st.db, lock, cur, why, o.log, nil)
 		}
 	}
 }
@@ -190,30 +187,5 @@ func (o *Operator) request(ctx context.Context, lock string, token uint64, to st
 	if n, _ := res.RowsAffected(); n != 1 {
 		return ErrNoLeader // the term ended meanwhile
 	}
-	return nil
-}
-
-// kill ends, through q, the session of a holder that Record.overdue found
-// stuck or disobedient; the caller then records the term's end (endTerm).
-// rec must come from a read that cross-checked the lock owner with
-// IS_USED_LOCK; no other session id is ever killed. A refused kill returns
-// ErrKillDenied with the grant to give.
-func kill(ctx context.Context, q querier, st *store, rec Record, why string, log *slog.Logger) error {
-	if _, err := q.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
-		var me *mysql.MySQLError
-		switch {
-		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
-		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
-			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
-				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
-				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
-			st.cfg.Observer.killed(st.name, why, err)
-			return err
-		default:
-			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
-		}
-	}
-	st.cfg.Observer.killed(st.name, why, nil)
-	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
 	return nil
 }
