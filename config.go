@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -24,6 +26,13 @@ const DefaultHistoryLimit = 1000
 
 // maxWaitTimeout is the largest wait_timeout the server accepts, in seconds.
 const maxWaitTimeout = 31536000
+
+// maxDuration bounds every timing, so that no relation between them
+// overflows: a year, the longest wait_timeout a server accepts.
+const maxDuration = maxWaitTimeout * time.Second
+
+// maxIdentity is what the tables' identity columns hold, in characters.
+const maxIdentity = 255
 
 // Strategy is how candidates hold an election.
 type Strategy int
@@ -59,8 +68,10 @@ type Config struct {
 	// with ErrStrategy while one is alive.
 	Strategy Strategy
 	// Identity names this candidate in the record, to operators and in
-	// logs. Default: host-pid-random. At most 255 characters. Give every
-	// candidate its own.
+	// logs. Default: host-pid-random. At most 255 characters, printable
+	// (no control or format characters), not ending in a space: the tables
+	// compare identities ignoring trailing spaces. Give every candidate its
+	// own.
 	Identity string
 	// Interval is how often the leader renews its keepalive, and how often
 	// an Operator's Watch reads the election. Default 1s.
@@ -188,6 +199,19 @@ func (c Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{{"Interval", c.Interval}, {"Lease", c.Lease}, {"Margin", c.Margin}, {"CheckInterval", c.CheckInterval}} {
+		if d.value > maxDuration {
+			return bad("%s %v exceeds %v, the longest wait_timeout a server accepts (Lease+Margin must fit in it)", d.field, d.value, maxDuration)
+		}
+	}
+	if err := validIdentity(c.Identity); err != nil {
+		return err
+	}
+	// Every value is at most a year now, so no sum or product below
+	// overflows.
 	switch {
 	case c.Interval < time.Millisecond:
 		return bad("Interval %v is below 1ms: keepalives that often would load the server; use 100ms or more", c.Interval)
@@ -199,8 +223,6 @@ func (c Config) validate() error {
 		return bad("CheckInterval %v is below 1ms", c.CheckInterval)
 	case c.waitTimeout() > maxWaitTimeout:
 		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
-	case len(c.Identity) > 255 || !utf8.ValidString(c.Identity):
-		return bad("Identity %q must be valid UTF-8 of at most 255 bytes", c.Identity)
 	case c.HistoryLimit < 1:
 		return bad("HistoryLimit %d must be at least 1", c.HistoryLimit)
 	case c.Strategy != GetLock && c.Strategy != LeaseRow:
@@ -222,8 +244,51 @@ func checked(db *sql.DB, name string, cfg Config) (Config, error) {
 	return cfg, cfg.validate()
 }
 
+// validIdentity refuses an identity the tables would confuse with another
+// or that would garble what operators read.
+func validIdentity(id string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: Identity %q %s", ErrInvalidConfig, id, why)
+	}
+	switch {
+	case !utf8.ValidString(id):
+		return bad("is not valid UTF-8")
+	case utf8.RuneCountInString(id) > maxIdentity:
+		return bad(fmt.Sprintf("is %d characters long; the limit is %d", utf8.RuneCountInString(id), maxIdentity))
+	case strings.HasSuffix(id, " "):
+		return bad("ends in a space, which the tables ignore when they compare identities: \"a \" and \"a\" would be one candidate; remove it")
+	case !printable(id):
+		return bad("holds control or format characters, which would garble what operators read; use printable characters")
+	}
+	return nil
+}
+
+// printable reports whether every rune of s is a letter, mark, number,
+// punctuation, symbol or space: no control, format or private-use
+// character (an ESC sequence, a bidi override) that could spoof a
+// terminal.
+func printable(s string) bool {
+	for _, r := range s {
+		if !unicode.IsGraphic(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// defaultIdentity is host-pid-random, with anything in the host name that
+// validIdentity would refuse replaced: a default must never fail New.
 func defaultIdentity() string {
 	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if !unicode.IsGraphic(r) || r == ' ' {
+			return '_'
+		}
+		return r
+	}, strings.ToValidUTF8(host, "_"))
+	if n := []rune(host); len(n) > 200 {
+		host = string(n[:200])
+	}
 	b := make([]byte, 3)
 	rand.Read(b)
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))

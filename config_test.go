@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,19 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"lease beyond wait_timeout", db, "x", election.Config{Lease: 400 * 24 * time.Hour}, "wait_timeout"},
 		{"bad table prefix", db, "x", election.Config{TablePrefix: "bad-prefix"}, "TablePrefix"},
 		{"identity too long", db, "x", election.Config{Identity: strings.Repeat("i", 256)}, "Identity"},
+		{"identity of 256 characters", db, "x", election.Config{Identity: strings.Repeat("é", 256)}, "limit is 255"},
+		{"identity with a trailing space", db, "x", election.Config{Identity: "host-a "}, "ends in a space"},
+		{"identity with an escape sequence", db, "x", election.Config{Identity: "host-a\x1b[2K\rhost-z"}, "control or format"},
+		{"identity with a bidi override", db, "x", election.Config{Identity: "host-\u202ea"}, "control or format"},
+		{"identity not UTF-8", db, "x", election.Config{Identity: "a\xffb"}, "not valid UTF-8"},
+		{"name with a control character", db, "a\rb", election.Config{}, "control or format"},
+		{"name of 65536 bytes", db, strings.Repeat("n", 65536), election.Config{}, "limit is 65535"},
+		{"interval that overflows 2×Interval", db, "x", election.Config{Interval: 1 << 62}, "Interval"},
+		{"largest interval", db, "x", election.Config{Interval: math.MaxInt64}, "Interval"},
+		{"lease whose wait_timeout overflows", db, "x", election.Config{Lease: math.MaxInt64 - 500*time.Millisecond, Margin: time.Second}, "Lease"},
+		{"largest margin", db, "x", election.Config{Margin: math.MaxInt64}, "Margin"},
+		{"largest check interval", db, "x", election.Config{CheckInterval: math.MaxInt64}, "CheckInterval"},
+		{"lease and margin beyond a year together", db, "x", election.Config{Lease: 200 * 24 * time.Hour, Margin: 200 * 24 * time.Hour}, "wait_timeout"},
 		{"pool of one connection", one, "x", election.Config{}, "SetMaxOpenConns(2)"},
 	}
 	for _, tc := range cases {
@@ -49,10 +63,29 @@ func TestNewRejectsBadInput(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not mention %q", err, tc.want)
 			}
+			if tc.db == one {
+				return // an Operator pins no session
+			}
+			if _, err := election.NewOperator(tc.db, tc.election, tc.cfg); !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewOperator: %v, want ErrInvalidConfig mentioning %q", err, tc.want)
+			}
 		})
 	}
-	if _, err := election.New(db, "a name of any UTF-8: ünïcödé ✓", election.Config{}); err != nil {
-		t.Fatalf("valid input refused: %v", err)
+	valid := []struct {
+		election string
+		cfg      election.Config
+	}{
+		{"a name of any printable UTF-8: ünïcödé ✓", election.Config{}},
+		{strings.Repeat("n", 65535), election.Config{}},
+		{"x", election.Config{Identity: strings.Repeat("é", 255)}}, // 510 bytes: characters count
+		{"x", election.Config{Identity: " host-a"}},
+		{"trailing space in a name is kept apart by the hash ", election.Config{}},
+		{"x", election.Config{Lease: 300 * 24 * time.Hour, Interval: time.Hour}},
+	}
+	for _, v := range valid {
+		if _, err := election.New(db, v.election, v.cfg); err != nil {
+			t.Fatalf("valid input refused: %v", err)
+		}
 	}
 }
 

@@ -111,7 +111,8 @@ func (e *Elector) Stats() Stats {
 
 // New returns a candidate for the election called name on db. It validates
 // its input but does no I/O; the tables are created, and the server
-// checked, on first use. Names may be any UTF-8 string of up to 64 KiB.
+// checked, on first use. Names may be any printable UTF-8 string (no
+// control or format characters) of up to 65,535 bytes.
 // db must allow at least two open connections: a candidate pins one.
 func New(db *sql.DB, name string, cfg Config) (*Elector, error) {
 	cfg, err := checked(db, name, cfg)

@@ -21,6 +21,10 @@ var (
 	// ErrFenced: a write was refused because its term is no longer the
 	// newest; nothing was written.
 	ErrFenced = errors.New("election: stale fencing token")
+	// ErrUnissuedToken: a token is higher than every token the election has
+	// issued, so no term holds it (a forged or corrupted token); nothing
+	// was written.
+	ErrUnissuedToken = errors.New("election: fencing token never issued")
 
 	// Why a term ended (Term.Err). A term also ends when the context given
 	// to Campaign ends; Term.Err then returns that context's cause.

@@ -109,14 +109,38 @@ func ExampleFence() {
 	// A downstream store keeps one Fence and checks the token every
 	// request carries.
 	var f election.Fence
-	fmt.Println(f.Check("invoices", 7))
-	fmt.Println(f.Check("invoices", 8)) // a new term
-	err := f.Check("invoices", 7)       // the old leader, late
+	ctx := context.Background()
+	fmt.Println(f.Check(ctx, "invoices", 7))
+	fmt.Println(f.Check(ctx, "invoices", 8)) // a new term
+	err := f.Check(ctx, "invoices", 7)       // the old leader, late
 	fmt.Println(errors.Is(err, election.ErrFenced), err)
 	// Output:
 	// <nil>
 	// <nil>
 	// true election: stale fencing token 7 for "invoices": 8 has been seen
+}
+
+func ExampleFence_issued() {
+	db := exampleDB()
+	defer db.Close()
+	ctx := context.Background()
+	leader, _ := election.New(db, "invoicing", election.Config{Identity: "host-a"})
+	term, err := leader.Campaign(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer term.Resign(ctx)
+
+	// The store reads the election (SELECT only) to refuse tokens no term
+	// holds: a buggy or forged token cannot lock the real leader out.
+	ops, _ := election.NewOperator(db, "invoicing", election.Config{})
+	f := election.Fence{Issued: ops.Token}
+	err = f.Check(ctx, "invoices", 1<<63)
+	fmt.Println(errors.Is(err, election.ErrUnissuedToken))
+	fmt.Println(f.Check(ctx, "invoices", term.Token()))
+	// Output:
+	// true
+	// <nil>
 }
 
 func ExampleOperator_Leader() {

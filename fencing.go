@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 )
 
 // StaleTokenError reports a write refused because a newer term exists (or
@@ -96,52 +95,6 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// Fence is the checker a downstream store embeds to refuse writes of stale
-// leaders: it remembers the highest token seen per resource and refuses any
-// lower one. Equal tokens pass: a term writes many times. The zero value is
-// ready to use; it is safe for concurrent use. It is in memory only: a store
-// that restarts must restore it from its data, or keep the token in the same
-// row it guards, as in
-//
-//	UPDATE t SET ..., fence_token = ? WHERE id = ? AND fence_token <= ?
-type Fence struct {
-	mu      sync.Mutex
-	highest map[string]uint64
-	busy    map[string]*sync.Mutex // per resource, for Handler
-}
-
-// serialize locks resource for one request and returns its unlock.
-func (f *Fence) serialize(resource string) func() {
-	f.mu.Lock()
-	if f.busy == nil {
-		f.busy = make(map[string]*sync.Mutex)
-	}
-	m := f.busy[resource]
-	if m == nil {
-		m = new(sync.Mutex)
-		f.busy[resource] = m
-	}
-	f.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
-
-// Check admits a write to resource with token, or returns a
-// *StaleTokenError if a higher token has been seen for that resource. An
-// admitted token becomes the resource's highest.
-func (f *Fence) Check(resource string, token uint64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if h := f.highest[resource]; token < h {
-		return &StaleTokenError{Resource: resource, Token: token, Current: h}
-	}
-	if f.highest == nil {
-		f.highest = make(map[string]uint64)
-	}
-	f.highest[resource] = token
-	return nil
-}
-
 // TokenHeader is the HTTP header that carries a fencing token from a
 // leader to a downstream store.
 const TokenHeader = "Fencing-Token"
@@ -150,8 +103,14 @@ const TokenHeader = "Fencing-Token"
 // that checks it (see Fence.Handler).
 func (t *Term) SetToken(h http.Header) { h.Set(TokenHeader, strconv.FormatUint(t.token, 10)) }
 
-// TokenFrom reads the fencing token of a request's headers.
+// TokenFrom reads the fencing token of a request's headers. More than one
+// token header is refused: a proxy in front might read another one than
+// the store.
 func TokenFrom(h http.Header) (uint64, error) {
+	vs := h.Values(TokenHeader)
+	if len(vs) > 1 {
+		return 0, fmt.Errorf("election: %d %s headers; send one", len(vs), TokenHeader)
+	}
 	v := h.Get(TokenHeader)
 	if v == "" {
 		return 0, fmt.Errorf("election: no %s header", TokenHeader)
@@ -161,31 +120,4 @@ func TokenFrom(h http.Header) (uint64, error) {
 		return 0, fmt.Errorf("election: %s header %q is not a token", TokenHeader, v)
 	}
 	return token, nil
-}
-
-// Handler admits a request to next only if its fencing token (TokenHeader)
-// is not lower than the highest seen for its resource (resource(r); nil
-// means one resource for all). A missing or malformed token gets 400, a
-// stale one 409 Conflict; neither reaches next. Requests for one resource
-// are served one at a time, so that the check and next's write are atomic:
-// a stale request never writes after a newer one.
-func (f *Fence) Handler(resource func(*http.Request) string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, err := TokenFrom(r.Header)
-		if err != nil {
-			reply(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		res := ""
-		if resource != nil {
-			res = resource(r)
-		}
-		unlock := f.serialize(res)
-		defer unlock()
-		if err := f.Check(res, token); err != nil {
-			reply(w, http.StatusConflict, err.Error())
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }

@@ -1,9 +1,15 @@
 package election_test
 
 import (
+	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +48,14 @@ func TestFenceHandler(t *testing.T) {
 		if got := send(tc.path, tc.token); got != tc.want {
 			t.Fatalf("PUT %s with token %q: %d, want %d", tc.path, tc.token, got, tc.want)
 		}
+	}
+	twice := httptest.NewRequest("PUT", "/a", nil)
+	twice.Header.Add(election.TokenHeader, "1")
+	twice.Header.Add(election.TokenHeader, "9")
+	rr := httptest.NewRecorder()
+	store.ServeHTTP(rr, twice)
+	if rr.Code != http.StatusBadRequest {
+		t.Fatalf("PUT with two tokens: %d, want 400", rr.Code)
 	}
 	if strings.Join(written, " ") != "/a@5 /a@6 /a@6 /b@1" {
 		t.Fatalf("written: %v", written)
@@ -92,4 +106,240 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 			t.Fatal("the stuck leader's write committed")
 		}
 	})
+}
+
+// fenceServer serves a store behind f.Handler on a real HTTP server, with
+// one resource per path. The store answers 401 without an X-Auth header,
+// waits for hold with an X-Hold header, and records what it wrote; left
+// receives the X-Id of every request whose handler has returned.
+func fenceServer(t *testing.T, f *election.Fence, hold <-chan struct{}) (srv *httptest.Server, written func() []string, left <-chan string) {
+	t.Helper()
+	var mu sync.Mutex
+	var rows []string
+	store := f.Handler(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Auth") == "" {
+			http.Error(w, "who are you?", http.StatusUnauthorized)
+			return
+		}
+		if r.Header.Get("X-Hold") != "" {
+			<-hold
+		}
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		rows = append(rows, r.URL.Path+"@"+r.Header.Get(election.TokenHeader)+"="+string(body))
+		mu.Unlock()
+	}))
+	served := make(chan string, 100)
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		store.ServeHTTP(w, r)
+		served <- r.Header.Get("X-Id")
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), rows...)
+	}, served
+}
+
+// put sends one write to the fenced store and returns its status code.
+func put(t *testing.T, ctx context.Context, srv *httptest.Server, path, token, body string, header ...string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "PUT", srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(election.TokenHeader, token)
+	req.Header.Set("X-Auth", "yes")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("PUT %s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A token no term ever held (a bug, or a forgery: tokens are not secrets)
+// must not lock the real leader out: with Issued, the fence refuses it.
+func TestFenceRefusesUnissuedTokens(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	a := newElector(t, election.GetLock, db, "issued", "a")
+	ta := await(t, campaign(ctx, a), 10*time.Second).term
+	ops := newOperator(t, db, "issued")
+	f := &election.Fence{Issued: ops.Token}
+	srv, written, _ := fenceServer(t, f, nil)
+	if code := put(t, ctx, srv, "/r", "18446744073709551615", "forged"); code != http.StatusForbidden {
+		t.Fatalf("write with a token never issued: %d, want 403", code)
+	}
+	if err := f.Check(ctx, "/r", ta.Token()+1); !errors.Is(err, election.ErrUnissuedToken) {
+		t.Fatalf("Check of the next, unissued token: %v", err)
+	}
+	if code := put(t, ctx, srv, "/r", fmt.Sprint(ta.Token()), "real"); code != http.StatusOK {
+		t.Fatalf("the leader's write after a forged one: %d, want 200", code)
+	}
+	resignAll(t, ta)
+	tb := await(t, campaign(ctx, a), 10*time.Second).term
+	defer resignAll(t, tb)
+	if code := put(t, ctx, srv, "/r", fmt.Sprint(tb.Token()), "next"); code != http.StatusOK {
+		t.Fatalf("the next term's write (a token newer than the fence knew): %d, want 200", code)
+	}
+	if code := put(t, ctx, srv, "/r", fmt.Sprint(ta.Token()), "late"); code != http.StatusConflict {
+		t.Fatalf("the old term's write: %d, want 409", code)
+	}
+	if got := strings.Join(written(), " "); got != fmt.Sprintf("/r@%d=real /r@%d=next", ta.Token(), tb.Token()) {
+		t.Fatalf("written: %s", got)
+	}
+}
+
+// A token counts only for a write the store admitted: a request the
+// wrapped handler refuses raises nothing.
+func TestFenceCountsOnlyAdmittedWrites(t *testing.T) {
+	t.Parallel()
+	var f election.Fence
+	srv, written, _ := fenceServer(t, &f, nil)
+	ctx := ctxFor(t, time.Minute)
+	req, _ := http.NewRequestWithContext(ctx, "PUT", srv.URL+"/r", strings.NewReader("x"))
+	req.Header.Set(election.TokenHeader, "99") // no X-Auth: the store refuses it
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("unauthorized write: %d", resp.StatusCode)
+	}
+	if code := put(t, ctx, srv, "/r", "6", "leader"); code != http.StatusOK {
+		t.Fatalf("the leader's write after a refused higher token: %d, want 200", code)
+	}
+	if got := strings.Join(written(), " "); got != "/r@6=leader" {
+		t.Fatalf("written: %s", got)
+	}
+}
+
+// A client that sends a valid token and then trickles its body delays only
+// itself; a request that waits for its resource gives up when its context
+// ends.
+func TestFenceSlowClientsDoNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	var f election.Fence
+	hold := make(chan struct{})
+	srv, written, left := fenceServer(t, &f, hold)
+	ctx := ctxFor(t, time.Minute)
+	// A slow client: headers, a token, and a body that never ends.
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /r HTTP/1.1\r\nHost: x\r\n%s: 5\r\nX-Auth: yes\r\nContent-Length: 1000\r\n\r\nfirst bytes", election.TokenHeader)
+	time.Sleep(100 * time.Millisecond) // the server reads its headers
+	quick, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if code := put(t, quick, srv, "/r", "5", "x"); code != http.StatusOK {
+		t.Fatalf("write behind a slow client: %d", code)
+	}
+
+	// A write that holds /r inside the store, and one that waits behind it
+	// and is cancelled: the waiting one must leave while the first still
+	// holds /r, and write nothing.
+	<-left // the quick write's; the slow client's leaves when its connection closes
+	first := make(chan int, 1)
+	go func() { first <- put(t, ctx, srv, "/r", "5", "held", "X-Hold", "1", "X-Id", "first") }()
+	time.Sleep(100 * time.Millisecond)
+	waiting, stop := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(waiting, "PUT", srv.URL+"/r", strings.NewReader("cancelled"))
+		req.Header.Set(election.TokenHeader, "5")
+		req.Header.Set("X-Auth", "yes")
+		req.Header.Set("X-Id", "second")
+		_, err := srv.Client().Do(req)
+		second <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	stop()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled write: %v", err)
+	}
+	select {
+	case id := <-left:
+		if id != "second" {
+			t.Fatalf("request %q left first, want the cancelled one", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled request still waits for the resource")
+	}
+	close(hold)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("held write: %d", code)
+	}
+	for _, w := range written() {
+		if strings.HasSuffix(w, "=cancelled") {
+			t.Fatalf("the cancelled request wrote: %v", written())
+		}
+	}
+}
+
+// Handler buffers a body before it waits, so it bounds it.
+func TestFenceBodyLimit(t *testing.T) {
+	t.Parallel()
+	f := election.Fence{MaxBody: 10}
+	srv, written, _ := fenceServer(t, &f, nil)
+	ctx := ctxFor(t, time.Minute)
+	if code := put(t, ctx, srv, "/r", "1", strings.Repeat("x", 11)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("body over MaxBody: %d, want 413", code)
+	}
+	if code := put(t, ctx, srv, "/r", "1", strings.Repeat("x", 10)); code != http.StatusOK {
+		t.Fatalf("body of MaxBody: %d, want 200", code)
+	}
+	if got := written(); len(got) != 1 {
+		t.Fatalf("written: %v", got)
+	}
+}
+
+// Whatever resource names and tokens clients send, the fence's memory stays
+// bounded, and what it refuses stays right after it folds.
+func TestFenceMemoryIsBounded(t *testing.T) {
+	var f election.Fence
+	store := f.Handler(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	send := func(path string, token uint64) int {
+		req := httptest.NewRequest("PUT", path, nil)
+		req.Header.Set(election.TokenHeader, fmt.Sprint(token))
+		rr := httptest.NewRecorder()
+		store.ServeHTTP(rr, req)
+		return rr.Code
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	for i := range 200_000 {
+		send(fmt.Sprintf("/zero/%d", i), 0) // admitted, raises nothing
+	}
+	for i := range 200_000 {
+		send(fmt.Sprintf("/seven/%d", i), 7)
+	}
+	if grew := int64(heap()) - int64(before); grew > 32<<20 {
+		t.Fatalf("400,000 writes to distinct resources kept %d MiB", grew>>20)
+	}
+	for _, tc := range []struct {
+		path  string
+		token uint64
+		want  int
+	}{
+		{"/seven/1", 6, 409}, {"/seven/199999", 6, 409}, // remembered, or folded into the floor
+		{"/new", 6, 409}, {"/new", 7, 200}, {"/new", 8, 200}, {"/new", 7, 409},
+	} {
+		if got := send(tc.path, tc.token); got != tc.want {
+			t.Fatalf("PUT %s with token %d: %d, want %d", tc.path, tc.token, got, tc.want)
+		}
+	}
 }

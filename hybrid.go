@@ -290,6 +290,16 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 	return rs, nil
 }
 
+// epoch reads the newest token the election has issued; 0 if none.
+func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
+	var epoch uint64
+	err := s.db.QueryRowContext(ctx, "SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock).Scan(&epoch)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("election: reading the epoch: %w", schemaError(s.tbl, err))
+	}
+	return epoch, nil
+}
+
 // endTerm records why a term ended, in the record (if it still describes
 // that term as leading) and in the history. A "lost" guess made by the next
 // term gives way to the real reason.

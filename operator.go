@@ -53,6 +53,17 @@ func (o *Operator) Leader(ctx context.Context) (Record, error) {
 	return r, nil
 }
 
+// Token returns the newest fencing token the election has issued: the
+// current term's, or the last one's; 0 before the first term. A Fence uses
+// it (Fence.Issued) to refuse tokens no term holds.
+func (o *Operator) Token(ctx context.Context) (uint64, error) {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return o.st.epoch(ctx, lock)
+}
+
 // History returns the election's last terms, newest first, at most limit
 // (all that are kept if limit <= 0).
 func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error) {
@@ -112,6 +123,11 @@ func (o *Operator) Demote(ctx context.Context) (killed bool, err error) {
 // unless identity is a live candidate. It returns as Demote does; the
 // target then leads as soon as it wins the lock.
 func (o *Operator) Handover(ctx context.Context, identity string) (killed bool, err error) {
+	if err := validIdentity(identity); err != nil {
+		// No candidate can have it, and the tables would match another
+		// (trailing spaces).
+		return false, fmt.Errorf("%w: %w", ErrNotCandidate, err)
+	}
 	lock, err := o.st.lockName(ctx)
 	if err != nil {
 		return false, err

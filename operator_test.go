@@ -88,7 +88,9 @@ func TestHandover(t *testing.T) {
 		}
 		db.Exec("INSERT INTO election_candidate (lock_name, identity, host, pid, since, seen_at, expiry_us) " +
 			"SELECT lock_name, 'ghost', 'gone', 1, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, 1000000 FROM election_record")
-		for _, target := range []string{"nobody", "ghost"} {
+		// "c " is c to the tables, which ignore trailing spaces: refused,
+		// not handed to c.
+		for _, target := range []string{"nobody", "ghost", "c ", "c\x1b[2K"} {
 			if _, err := ops.Handover(ctx, target); !errors.Is(err, election.ErrNotCandidate) {
 				t.Fatalf("hand-over to %s: %v, want ErrNotCandidate", target, err)
 			}

@@ -52,6 +52,8 @@ func validateName(name string) error {
 		return fmt.Errorf("%w: the election name %q is not valid UTF-8", ErrInvalidConfig, name)
 	case len(name) > maxNameBytes:
 		return fmt.Errorf("%w: the election name is %d bytes long; the limit is %d", ErrInvalidConfig, len(name), maxNameBytes)
+	case !printable(name):
+		return fmt.Errorf("%w: the election name %q holds control or format characters, which would garble what operators read; use printable characters", ErrInvalidConfig, name)
 	}
 	return nil
 }
