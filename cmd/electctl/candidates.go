@@ -45,7 +45,7 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 		case !k.Alive:
 			role = "dead"
 		}
-		rows = append(rows, []string{k.Identity, role, k.Host, fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo)})
+		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo)})
 	}
 	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN", rows)
 	return exitOK

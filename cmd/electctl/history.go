@@ -23,11 +23,11 @@ func (c *cli) watch(ctx context.Context, name string) int {
 		}
 		switch {
 		case ev.Leading:
-			fmt.Fprintf(c.out, "%s  term %d started: %s leads\n", stamp(ev.At), ev.Token, ev.Identity)
+			fmt.Fprintf(c.out, "%s  term %d started: %s leads\n", stamp(ev.At), ev.Token, shown(ev.Identity))
 		case ev.Token == 0:
 			fmt.Fprintf(c.out, "%s  no leader: the election has had no term\n", stamp(time.Now()))
 		default:
-			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s): no leader\n", stamp(ev.At), ev.Token, ev.Identity, ev.Reason)
+			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s): no leader\n", stamp(ev.At), ev.Token, shown(ev.Identity), shown(ev.Reason))
 		}
 	}
 	return exitOK
@@ -65,11 +65,11 @@ func (c *cli) history(ctx context.Context, name string) int {
 	}
 	var rows [][]string
 	for _, t := range hist {
-		reason := t.Reason
-		if reason == "" {
+		reason := shown(t.Reason)
+		if t.Reason == "" {
 			reason = "(leading)"
 		}
-		rows = append(rows, []string{fmt.Sprint(t.Token), t.Identity, t.Host, fmt.Sprint(t.PID), stamp(t.Started), stamp(t.Ended), duration(t), reason})
+		rows = append(rows, []string{fmt.Sprint(t.Token), shown(t.Identity), shown(t.Host), fmt.Sprint(t.PID), stamp(t.Started), stamp(t.Ended), duration(t), reason})
 	}
 	c.table("TOKEN\tLEADER\tHOST\tPID\tSTARTED\tENDED\tLASTED\tREASON", rows)
 	return exitOK

@@ -18,6 +18,9 @@ import (
 var server *mysqltest.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(asMain) != "" {
+		main() // electctl, as the tests run it: see electctl
+	}
 	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
 		server = s
 		return nil
@@ -218,9 +221,9 @@ func TestUsageAndErrors(t *testing.T) {
 		t.Fatalf("no command: %d", code)
 	}
 	for _, cmd := range []string{"status", "watch", "history", "candidates", "demote", "handover", "check", "schema"} {
-		errOut.Reset()
-		if code := run(ctx, []string{cmd, "--help"}, &out, &errOut); code != exitOK || !strings.Contains(errOut.String(), "-dsn") {
-			t.Fatalf("%s --help: %d %s", cmd, code, errOut.String())
+		out.Reset()
+		if code := run(ctx, []string{cmd, "--help"}, &out, &errOut); code != exitOK || !strings.Contains(out.String(), "-dsn") {
+			t.Fatalf("%s --help: %d %s", cmd, code, out.String())
 		}
 	}
 	errOut.Reset()

@@ -65,14 +65,14 @@ func (c *cli) statusAll(ctx context.Context) int {
 	}
 	var rows [][]string
 	for _, r := range recs {
-		leader, state := r.Identity, r.State
+		leader, state := shown(r.Identity), shown(r.State)
 		if !r.Leading() {
 			leader = "(none)"
 			if r.State == "leading" {
 				state = "stale"
 			}
 		}
-		rows = append(rows, []string{r.Name, r.Strategy, leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
+		rows = append(rows, []string{shown(r.Name), shown(r.Strategy), leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
 	}
 	c.table("ELECTION\tSTRATEGY\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK", rows)
 	return exitOK
@@ -103,24 +103,24 @@ func (c *cli) status(ctx context.Context, name string) int {
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	if r.Leading() {
 		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\t%s (host %s, pid %d)\ntoken:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
-			r.Name, r.Strategy, r.Identity, r.Host, r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
+			shown(r.Name), shown(r.Strategy), shown(r.Identity), shown(r.Host), r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
 		if r.DemotedAgo > 0 {
 			fmt.Fprintf(w, "demotion:\trequested %s", ago(r.DemotedAgo))
 			if r.HandoverTo != "" {
-				fmt.Fprintf(w, ", hand-over to %s", r.HandoverTo)
+				fmt.Fprintf(w, ", hand-over to %s", shown(r.HandoverTo))
 			}
 			fmt.Fprintln(w)
 		}
 	} else {
 		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\tnone\nlast term:\t%d, %s (host %s), %s\nended:\t%s\nlock:\t%s\n",
-			r.Name, r.Strategy, r.Token, r.Identity, r.Host, r.State, stamp(r.Ended), lockState(r))
+			shown(r.Name), shown(r.Strategy), r.Token, shown(r.Identity), shown(r.Host), shown(r.State), stamp(r.Ended), lockState(r))
 	}
 	w.Flush()
 	return code
 }
 
-// check exits 0 if id leads election name, 6 if another does and 3 if none:
-// a leader check for load balancers.
+// check exits 0 if id leads election name, 6 if another does, 3 if none
+// and 4 if the election has had no term: a leader check for load balancers.
 func (c *cli) check(ctx context.Context, name, id string) int {
 	e, err := c.operator(name)
 	if err != nil {
@@ -128,15 +128,17 @@ func (c *cli) check(ctx context.Context, name, id string) int {
 	}
 	r, err := e.Leader(ctx)
 	switch {
+	case errors.Is(err, election.ErrNoLeader) && r.Token == 0:
+		return c.noTerm(name)
 	case errors.Is(err, election.ErrNoLeader):
 		fmt.Fprintln(c.out, "no leader")
 		return exitNoLeader
 	case err != nil:
 		return c.fail(err)
 	case r.Identity != id:
-		fmt.Fprintf(c.out, "%s leads, not %s\n", r.Identity, id)
+		fmt.Fprintf(c.out, "%s leads, not %s\n", shown(r.Identity), shown(id))
 		return exitNotLeader
 	}
-	fmt.Fprintf(c.out, "%s leads (token %d)\n", id, r.Token)
+	fmt.Fprintf(c.out, "%s leads (token %d)\n", shown(id), r.Token)
 	return exitOK
 }

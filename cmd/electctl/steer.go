@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,11 +17,14 @@ func (c *cli) demote(ctx context.Context, name, to string) int {
 		return c.fail(err)
 	}
 	before, err := e.Leader(ctx)
+	if errors.Is(err, election.ErrNoLeader) && before.Token == 0 {
+		return c.noTerm(name)
+	}
 	if err != nil {
 		return c.fail(err)
 	}
 	if to != "" && to == before.Identity {
-		fmt.Fprintf(c.out, "%s leads already (token %d)\n", to, before.Token)
+		fmt.Fprintf(c.out, "%s leads already (token %d)\n", shown(to), before.Token)
 		return exitOK
 	}
 	var killed bool
@@ -41,7 +45,7 @@ func (c *cli) demote(ctx context.Context, name, to string) int {
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintf(c.errOut, "electctl: term %d of %s ended, but no new leader within --timeout\n", before.Token, before.Identity)
+			fmt.Fprintf(c.errOut, "electctl: term %d of %s ended, but no new leader within --timeout\n", before.Token, shown(before.Identity))
 			return exitNoLeader
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -54,6 +58,6 @@ func (c *cli) demote(ctx context.Context, name, to string) int {
 		return c.printJSON(map[string]any{"old_leader": before.Identity, "old_token": before.Token, "killed": killed,
 			"new_leader": after.Identity, "new_token": after.Token})
 	}
-	fmt.Fprintf(c.out, "%s (token %d) %s\n%s leads now (token %d)\n", before.Identity, before.Token, how, after.Identity, after.Token)
+	fmt.Fprintf(c.out, "%s (token %d) %s\n%s leads now (token %d)\n", shown(before.Identity), before.Token, how, shown(after.Identity), after.Token)
 	return exitOK
 }

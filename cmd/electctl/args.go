@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// Parsing the command line: the command, its flags and arguments, and
+// what is wrong with them.
+
+// parse finds the command, its flags and its positional arguments; when ok is
+// false it has printed usage, help or what is wrong, and run exits with code.
+func (c *cli) parse(args []string) (cmd string, pos []string, code int, ok bool) {
+	flags, pos := splitArgs(args)
+	if len(pos) == 0 {
+		if wantsHelp(flags) {
+			fmt.Fprint(c.out, usage)
+			return "", nil, exitOK, false
+		}
+		fmt.Fprint(c.errOut, usage)
+		return "", nil, exitUsage, false
+	}
+	cmd, pos = pos[0], pos[1:]
+	if cmd == "help" {
+		return "", nil, c.help(pos), false
+	}
+	if _, known := commands[cmd]; !known {
+		fmt.Fprintf(c.errOut, "electctl: unknown command %q\n\n%s", cmd, usage)
+		return "", nil, exitUsage, false
+	}
+	// The flag package prints its usage for --help as for an error: buffer
+	// it, so that help asked for goes to stdout and the rest to stderr.
+	var help bytes.Buffer
+	fs := c.flagSet(cmd, &help)
+	if err := fs.Parse(flags); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			io.Copy(c.out, &help)
+			return cmd, nil, exitOK, false
+		}
+		io.Copy(c.errOut, &help)
+		return cmd, nil, exitUsage, false
+	}
+	if msg := c.validate(cmd, fs, pos); msg != "" {
+		fmt.Fprintf(c.errOut, "electctl: %s\n", msg)
+		return cmd, nil, exitUsage, false
+	}
+	return cmd, pos, exitOK, true
+}
+
+// help prints the usage, or with a command the command's flags, to stdout.
+func (c *cli) help(pos []string) int {
+	if len(pos) == 0 {
+		fmt.Fprint(c.out, usage)
+		return exitOK
+	}
+	if _, known := commands[pos[0]]; !known || len(pos) > 1 {
+		fmt.Fprintf(c.errOut, "electctl: help takes one command, not %q\n\n%s", strings.Join(pos, " "), usage)
+		return exitUsage
+	}
+	c.flagSet(pos[0], c.out).Usage()
+	return exitOK
+}
+
+// splitArgs separates args into flags (with their values) and positional
+// arguments, the first of which is the command: a flag's value is never
+// taken for the command, nor for NAME or ID. After -- every argument is
+// positional, so that a name may start with a dash.
+func splitArgs(args []string) (flags, pos []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return flags, append(pos, args[i+1:]...)
+		case len(a) > 1 && a[0] == '-':
+			flags = append(flags, a)
+			if takesValue(a) && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	return flags, pos
+}
+
+// takesValue reports whether the flag arg (-name or --name, without =value)
+// reads the next argument as its value: any flag of any command but a
+// boolean one. An unknown flag takes none; parsing rejects it later.
+func takesValue(arg string) bool {
+	name := strings.TrimLeft(arg, "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	for cmd := range commands {
+		if f := (&cli{}).flagSet(cmd, io.Discard).Lookup(name); f != nil {
+			b, ok := f.Value.(interface{ IsBoolFlag() bool })
+			return !ok || !b.IsBoolFlag()
+		}
+	}
+	return false
+}
+
+// wantsHelp reports whether flags ask for help, as -h or --help.
+func wantsHelp(flags []string) bool {
+	for _, f := range flags {
+		switch strings.TrimLeft(f, "-") {
+		case "h", "help":
+			return true
+		}
+	}
+	return false
+}
+
+// argNames names a command's positional arguments, for messages.
+func argNames(want []string) string {
+	if len(want) == 0 {
+		return "no arguments"
+	}
+	return strings.ReplaceAll(strings.Join(want, " "), "?", " (optional)")
+}
+
+// required counts the positional arguments a command cannot do without.
+func required(want []string) int {
+	n := 0
+	for _, w := range want {
+		if !strings.HasSuffix(w, "?") {
+			n++
+		}
+	}
+	return n
+}
+
+// flagSet defines the flags of cmd into c, and its help text, printed to w.
+func (c *cli) flagSet(cmd string, w io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("electctl "+cmd, flag.ContinueOnError)
+	fs.SetOutput(w)
+	// No default from the environment here: the usage lists defaults, and
+	// the DSN holds the password.
+	fs.StringVar(&c.dsn, "dsn", "", "the database, as user:pass@tcp(host:3306)/dbname (default $"+envDSN+")")
+	fs.StringVar(&c.prefix, "prefix", election.DefaultTablePrefix, "the tables' prefix")
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long (watch: on reaching the database only)")
+	switch cmd {
+	case "history":
+		fs.IntVar(&c.limit, "limit", 20, "how many terms, at least 1")
+	case "watch":
+		fs.DurationVar(&c.interval, "interval", 250*time.Millisecond, "how often to read the election, "+intervalRange())
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(w, "usage: electctl %s [flags] %s\n\nflags:\n", cmd, strings.ReplaceAll(strings.Join(commands[cmd], " "), "?", " (optional)"))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// intervalRange says which --interval watch accepts, in its help and its
+// error alike.
+func intervalRange() string {
+	return fmt.Sprintf("%v to %v (the library's bounds: at most half the lease, which is the default %v)",
+		minInterval, maxInterval, election.DefaultLease)
+}
+
+// validate checks the parsed flags and positional arguments of cmd, and
+// takes --dsn from the environment if it was not given; it returns what is
+// wrong, or "".
+func (c *cli) validate(cmd string, fs *flag.FlagSet, pos []string) string {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	want := commands[cmd]
+	switch {
+	case len(pos) < required(want) || len(pos) > len(want):
+		return fmt.Sprintf("%s takes %s; got %d; see electctl help %s", cmd, argNames(want), len(pos), cmd)
+	case given["dsn"] && c.dsn == "":
+		// An empty --dsn "$VAR" is a mistake, not a wish for $ELECTION_DSN.
+		return "--dsn is empty; leave it out to use $" + envDSN
+	case c.prefix == "":
+		// The library would take it for the default: refuse, as it is more
+		// likely an unset variable than a wish for the default tables.
+		return fmt.Sprintf("--prefix is empty; leave it out for the default %q", election.DefaultTablePrefix)
+	case c.timeout <= 0:
+		return fmt.Sprintf("--timeout %v is not positive; give how long to wait, as 30s or 2m", c.timeout)
+	case cmd == "history" && c.limit < 1:
+		return fmt.Sprintf("--limit %d: give how many terms to print, at least 1", c.limit)
+	case cmd == "watch" && (c.interval < minInterval || c.interval > maxInterval):
+		return fmt.Sprintf("--interval %v is out of range: use %s", c.interval, intervalRange())
+	}
+	// SchemaDDL checks the prefix as every command will, but here a bad one
+	// is a usage error even when the database cannot be reached.
+	if _, err := election.SchemaDDL(c.prefix); err != nil {
+		return err.Error()
+	}
+	for i, p := range pos {
+		// An empty ID would turn handover into a demote to anyone.
+		if p == "" {
+			return fmt.Sprintf("%s is empty", strings.TrimSuffix(want[i], "?"))
+		}
+	}
+	if !given["dsn"] {
+		c.dsn = os.Getenv(envDSN)
+	}
+	return ""
+}
