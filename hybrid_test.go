@@ -212,3 +212,24 @@ func TestWatchSeesEveryTransition(t *testing.T) {
 		}
 	})
 }
+
+// Names and identities are data: quotes, backticks, SQL and the longest
+// allowed values go through every statement and come back exactly.
+func TestHostileNamesAreData(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		for _, tc := range []struct{ name, id string }{
+			{"x`'\"; DROP TABLE election_record; -- \\", "h`'\"; DELETE FROM election_epoch; -- \\"},
+			{strings.Repeat("ü", 65535/2), strings.Repeat("ü", 255)},
+		} {
+			e := newElector(t, s, db, tc.name, tc.id)
+			term := await(t, campaign(ctx, e), 10*time.Second).term
+			rec, err := newOperator(t, db, tc.name).Leader(ctx)
+			if err != nil || rec.Name != tc.name || rec.Identity != tc.id || rec.Token != term.Token() {
+				t.Fatalf("record of %.20q: %v, name %.20q identity %.20q token %d", tc.name, err, rec.Name, rec.Identity, rec.Token)
+			}
+			resignAll(t, term)
+		}
+	})
+}
