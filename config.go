@@ -69,7 +69,7 @@ type Config struct {
 	Strategy Strategy
 	// Identity names this candidate in the record, to operators and in
 	// logs. Default: host-pid-random. At most 255 characters, printable
-	// (no control or format characters), not ending in a space: the tables
+	// (no control, format or invisible characters), not ending in a space: the tables
 	// compare identities ignoring trailing spaces. Give every candidate its
 	// own.
 	Identity string
@@ -86,8 +86,8 @@ type Config struct {
 	// cancelled.
 	Margin time.Duration
 	// CheckInterval is how long a waiting candidate blocks in GET_LOCK
-	// before it looks again. Default Interval. It must be below the DSN's
-	// readTimeout, if one is set.
+	// before it looks again. Default Interval; at most Lease. It must be
+	// below the DSN's readTimeout, if one is set.
 	CheckInterval time.Duration
 	// TablePrefix starts the table names. Default DefaultTablePrefix.
 	TablePrefix string
@@ -221,6 +221,11 @@ func (c Config) validate() error {
 		return bad("Margin %v is below 1ms: it must cover clock drift and the time your code takes to stop; the default is %v", c.Margin, DefaultMargin)
 	case c.CheckInterval < time.Millisecond:
 		return bad("CheckInterval %v is below 1ms", c.CheckInterval)
+	case c.CheckInterval > c.Lease:
+		// Waiters check for hung leaders and refresh their rows between
+		// waits: longer than the lease, dead candidates look alive and a
+		// hung leader goes unnoticed.
+		return bad("CheckInterval %v is longer than Lease %v: waiters would look for hung leaders too rarely; lower it (default: Interval)", c.CheckInterval, c.Lease)
 	case c.waitTimeout() > maxWaitTimeout:
 		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
 	case c.HistoryLimit < 1:
@@ -258,18 +263,21 @@ func validIdentity(id string) error {
 	case strings.HasSuffix(id, " "):
 		return bad("ends in a space, which the tables ignore when they compare identities: \"a \" and \"a\" would be one candidate; remove it")
 	case !printable(id):
-		return bad("holds control or format characters, which would garble what operators read; use printable characters")
+		return bad("holds control, format or invisible characters, which would garble what operators read; use printable characters")
 	}
 	return nil
 }
 
-// printable reports whether every rune of s is a letter, mark, number,
-// punctuation, symbol or space: no control, format or private-use
+// printable reports whether every rune of s is a visible letter, mark,
+// number, punctuation, symbol or space: no control, format or private-use
 // character (an ESC sequence, a bidi override) that could spoof a
-// terminal.
+// terminal, and none of the graphic characters that show nothing (Hangul
+// fillers, variation selectors, the blank braille pattern), which would
+// make "a\u3164" look like "a".
 func printable(s string) bool {
 	for _, r := range s {
-		if !unicode.IsGraphic(r) {
+		if !unicode.IsGraphic(r) || r == '\u2800' ||
+			unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) {
 			return false
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,6 +230,8 @@ func TestFenceSlowClientsDoNotBlockOthers(t *testing.T) {
 	var f election.Fence
 	hold := make(chan struct{})
 	srv, written, left := fenceServer(t, &f, hold)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the server closes, even when the test fails
 	ctx := ctxFor(t, time.Minute)
 	// A slow client: headers, a token, and a body that never ends.
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
@@ -274,7 +277,7 @@ func TestFenceSlowClientsDoNotBlockOthers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the cancelled request still waits for the resource")
 	}
-	close(hold)
+	release()
 	if code := <-first; code != http.StatusOK {
 		t.Fatalf("held write: %d", code)
 	}
@@ -330,6 +333,18 @@ func TestFenceMemoryIsBounded(t *testing.T) {
 	if grew := int64(heap()) - int64(before); grew > 32<<20 {
 		t.Fatalf("400,000 writes to distinct resources kept %d MiB", grew>>20)
 	}
+	// A resource name cut from a long request line keeps only itself.
+	short := f.Handler(func(r *http.Request) string { return strings.SplitN(r.RequestURI, "?", 2)[0] }, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	pad := strings.Repeat("p", 256<<10)
+	before = heap()
+	for i := range 100 {
+		req := httptest.NewRequest("PUT", fmt.Sprintf("/long/%d?pad=%s", i, pad), nil)
+		req.Header.Set(election.TokenHeader, "8")
+		short.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	if grew := int64(heap()) - int64(before); grew > 8<<20 {
+		t.Fatalf("100 short names cut from 256 KiB request lines kept %d MiB", grew>>20)
+	}
 	for _, tc := range []struct {
 		path  string
 		token uint64
@@ -341,5 +356,111 @@ func TestFenceMemoryIsBounded(t *testing.T) {
 		if got := send(tc.path, tc.token); got != tc.want {
 			t.Fatalf("PUT %s with token %d: %d, want %d", tc.path, tc.token, got, tc.want)
 		}
+	}
+}
+
+// A write the store made counts even when the store then redirects or
+// panics: only a 4xx says the request was refused.
+func TestFenceCountsWritesThatDidNotAnswer2xx(t *testing.T) {
+	t.Parallel()
+	var f election.Fence
+	var value string
+	store := f.Handler(nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		value = string(body)
+		switch r.Header.Get("X-Then") {
+		case "redirect":
+			http.Redirect(w, r, "/done", http.StatusSeeOther)
+		case "panic":
+			panic("after the write")
+		case "write-then-500":
+			io.WriteString(w, "ok")
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	send := func(token, body, then string) (code int) {
+		defer func() {
+			if recover() != nil {
+				code = -1
+			}
+		}()
+		req := httptest.NewRequest("PUT", "/r", strings.NewReader(body))
+		req.Header.Set(election.TokenHeader, token)
+		req.Header.Set("X-Then", then)
+		rr := httptest.NewRecorder()
+		store.ServeHTTP(rr, req)
+		return rr.Code
+	}
+	for i, then := range []string{"redirect", "panic", "write-then-500"} {
+		newer := fmt.Sprint(10 * (i + 1))
+		send(newer, "new", then)
+		if code := send(fmt.Sprint(10*(i+1)-1), "stale", ""); code != http.StatusConflict || value != "new" {
+			t.Fatalf("after a write that answered %s: stale write got %d, value %q", then, code, value)
+		}
+	}
+}
+
+// A request that gives up waiting for its resource (its context ended)
+// says so, with 503, rather than an empty 200.
+func TestFenceGivingUpIsNotSuccess(t *testing.T) {
+	t.Parallel()
+	var f election.Fence
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	inner := f.Handler(nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			<-hold
+		}
+	}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 200*time.Millisecond) // a middleware's deadline
+		defer cancel()
+		inner.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer srv.Close()
+	defer release() // before the server closes, even when the test fails
+	ctx := ctxFor(t, time.Minute)
+	first := make(chan int, 1)
+	go func() { first <- put(t, ctx, srv, "/r", "1", "a", "X-Hold", "1") }()
+	time.Sleep(50 * time.Millisecond)
+	if code := put(t, ctx, srv, "/r", "1", "b"); code != http.StatusServiceUnavailable {
+		t.Fatalf("write that gave up waiting: %d, want 503", code)
+	}
+	release()
+	<-first
+}
+
+// A client that reads its response slowly does not hold the resource:
+// the response waits for it after the write is done.
+func TestFenceSlowReaderDoesNotHoldTheResource(t *testing.T) {
+	t.Parallel()
+	f := election.Fence{MaxBody: 8 << 20}
+	big := strings.Repeat("x", 4<<20)
+	srv := httptest.NewServer(f.Handler(nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, big) // echoes a large document
+	})))
+	defer srv.Close()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /r HTTP/1.1\r\nHost: x\r\n%s: 1\r\nContent-Length: 0\r\n\r\n", election.TokenHeader) // never reads
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "PUT", srv.URL+"/r", nil)
+	req.Header.Set(election.TokenHeader, "2")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("write behind a slow reader: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("write behind a slow reader: %d", resp.StatusCode)
 	}
 }

@@ -53,7 +53,7 @@ func validateName(name string) error {
 	case len(name) > maxNameBytes:
 		return fmt.Errorf("%w: the election name is %d bytes long; the limit is %d", ErrInvalidConfig, len(name), maxNameBytes)
 	case !printable(name):
-		return fmt.Errorf("%w: the election name %q holds control or format characters, which would garble what operators read; use printable characters", ErrInvalidConfig, name)
+		return fmt.Errorf("%w: the election name %q holds control, format or invisible characters, which would garble what operators read; use printable characters", ErrInvalidConfig, name)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +35,7 @@ func (c *cli) parse(args []string) (cmd string, pos []string, code int, ok bool)
 		return "", nil, c.help(pos), false
 	}
 	if _, known := commands[cmd]; !known {
-		fmt.Fprintf(c.errOut, "electctl: unknown command %q\n\n%s", cmd, usage)
+		fmt.Fprintf(c.errOut, "electctl: unknown command %s\n\n%s", echo(cmd), usage)
 		return "", nil, exitUsage, false
 	}
 	// The flag package prints its usage for --help as for an error: buffer
@@ -62,11 +64,27 @@ func (c *cli) help(pos []string) int {
 		return exitOK
 	}
 	if _, known := commands[pos[0]]; !known || len(pos) > 1 {
-		fmt.Fprintf(c.errOut, "electctl: help takes one command, not %q\n\n%s", strings.Join(pos, " "), usage)
+		fmt.Fprintf(c.errOut, "electctl: help takes one command; got %s\n\n%s", echo(pos...), usage)
 		return exitUsage
 	}
 	c.flagSet(pos[0], c.out).Usage()
 	return exitOK
+}
+
+// word matches what may be a mistyped command, and so is echoed: see echo.
+var word = regexp.MustCompile(`^[a-z][a-z-]*$`)
+
+// echo quotes args, found where a command was expected, for a message if
+// each is a word; else it does not show them. A mistyped (--dns) or
+// missing --dsn leaves the DSN, password and all, where the command is
+// expected; a word is never a DSN, which has a slash.
+func echo(args ...string) string {
+	for _, a := range args {
+		if !word.MatchString(a) {
+			return "(not shown: it may hold a password)"
+		}
+	}
+	return strconv.Quote(strings.Join(args, " "))
 }
 
 // splitArgs separates args into flags (with their values) and positional
@@ -109,11 +127,14 @@ func takesValue(arg string) bool {
 	return false
 }
 
-// wantsHelp reports whether flags ask for help, as -h or --help.
+// wantsHelp reports whether flags, as splitArgs gives them, ask for help
+// as -h or --help. A flag's value is not a flag: --dsn -h asks for none.
 func wantsHelp(flags []string) bool {
-	for _, f := range flags {
-		switch strings.TrimLeft(f, "-") {
-		case "h", "help":
+	for i := 0; i < len(flags); i++ {
+		switch f := flags[i]; {
+		case takesValue(f):
+			i++ // splitArgs put its value next
+		case strings.TrimLeft(f, "-") == "h", strings.TrimLeft(f, "-") == "help":
 			return true
 		}
 	}

@@ -19,6 +19,11 @@ func (c *cli) open() (cfg *mysql.Config, code int, ok bool) {
 		return nil, exitUsage, false
 	}
 	cfg, err := mysql.ParseDSN(c.dsn)
+	if err == nil && !strings.Contains(c.dsn, "@") && strings.Contains(cfg.Net, ":") {
+		// user:pass(x)/db parses, with user:pass for the network, which
+		// the messages below and the error of reaching it would print.
+		err = errNoAt
+	}
 	if err != nil {
 		fmt.Fprintf(c.errOut, "electctl: --dsn is not a valid DSN (user:pass@tcp(host:3306)/dbname): %v\n", dsnError(c.dsn))
 		return nil, exitUsage, false
@@ -38,38 +43,33 @@ func (c *cli) open() (cfg *mysql.Config, code int, ok bool) {
 // dsnError says why a DSN does not parse without quoting its password: the
 // driver's messages may quote any part of the DSN (an address, a database
 // name that holds what follows a / in the password), so it is asked about
-// the DSN with the password blanked out.
+// the DSN with the password blanked out. Without an @ the driver sees no
+// password where the operator may have typed one (user:pass/db): as no
+// rule can tell which part it is, the driver's message is not shown.
 func dsnError(dsn string) error {
+	if !strings.Contains(dsn, "@") {
+		return errNoAt
+	}
 	if _, err := mysql.ParseDSN(blankPassword(dsn)); err != nil {
 		return err
 	}
 	return errors.New("the driver refused it (its message is not shown, as it may quote the password)")
 }
 
-// blankPassword replaces the password of a DSN that may not parse. The
-// driver takes the password from between the first colon and an @, so
-// everything between the first colon and the last @ goes; what follows the
-// last @ never holds any of it. Without an @ the driver sees no password,
-// but the operator may have typed one and left out "@tcp(...)": then
-// everything from the first colon to the last / goes, unless that colon is
-// inside an address.
+// errNoAt says what is wrong with a DSN without an @ that the driver
+// refuses, or that names a network with a colon in it (see open).
+var errNoAt = errors.New("it has no @ between user:pass and tcp(host:port) (the driver's message is not shown, as it may quote the password)")
+
+// blankPassword replaces the password of a DSN with an @ that may not
+// parse. The driver takes the password from between the first colon and an
+// @, so everything between the first colon and the last @ goes; what
+// follows the last @ never holds any of it.
 func blankPassword(dsn string) string {
-	colon, end := strings.Index(dsn, ":"), strings.LastIndex(dsn, "@")
-	if colon < 0 {
+	colon, at := strings.Index(dsn, ":"), strings.LastIndex(dsn, "@")
+	if colon < 0 || at < colon {
 		return dsn
 	}
-	if end < 0 {
-		if open := strings.Index(dsn, "("); open >= 0 && open < colon {
-			return dsn
-		}
-		if end = strings.LastIndex(dsn, "/"); end < 0 {
-			end = len(dsn)
-		}
-	}
-	if end < colon {
-		return dsn
-	}
-	return dsn[:colon+1] + "xxxxx" + dsn[end:]
+	return dsn[:colon+1] + "xxxxx" + dsn[at:]
 }
 
 // redact prints a DSN without its password.

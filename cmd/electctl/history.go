@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -15,10 +14,9 @@ func (c *cli) watch(ctx context.Context, name string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	enc := json.NewEncoder(c.out)
 	for ev := range e.Watch(ctx) {
 		if c.json {
-			enc.Encode(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At)})
+			c.writeJSON(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At)}, "")
 			continue
 		}
 		switch {

@@ -22,9 +22,12 @@
 // 6 another candidate leads.
 //
 // Text read from the database is printed as it is only when every
-// character is printable; otherwise it is quoted with Go escapes, so that
-// rows anyone with INSERT on the tables can write cannot drive the
-// operator's terminal. Messages on stderr have such characters escaped too.
+// character is printable and visible; otherwise it is quoted with Go
+// escapes, so that rows anyone with INSERT on the tables can write cannot
+// drive the operator's terminal nor pass for other rows. Messages on
+// stderr have such characters escaped too, and JSON has them as \uXXXX.
+// An unknown command is echoed only when it is a word: it may be a DSN
+// whose --dsn was mistyped.
 package main
 
 import (

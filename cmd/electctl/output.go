@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/sqlelect/election"
@@ -42,12 +44,45 @@ func (c *cli) noTerm(name string) int {
 
 // printJSON prints v as indented JSON.
 func (c *cli) printJSON(v any) int {
-	enc := json.NewEncoder(c.out)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := c.writeJSON(v, "  "); err != nil {
 		return c.fail(err)
 	}
 	return exitOK
+}
+
+// writeJSON writes v as JSON, indented by indent, and a newline, with every
+// rune that is not visible escaped: encoding/json leaves C1 controls,
+// bidi overrides and DEL as they are, and they would drive the terminal
+// of an operator who reads the JSON. The escapes decode to the same text.
+func (c *cli) writeJSON(v any, indent string) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := io.WriteString(c.out, escapeJSON(buf.String()))
+	return err
+}
+
+// escapeJSON rewrites as \uXXXX (a surrogate pair above U+FFFF) every rune
+// of the encoded JSON js but newline and space that is not visible. Only
+// strings can hold such runes, as what is outside them is ASCII; the
+// encoder has escaped those below U+0020 already, and made js valid UTF-8.
+func escapeJSON(js string) string {
+	var out strings.Builder
+	for _, r := range js {
+		switch {
+		case r == '\n' || r == ' ' || visible(r):
+			out.WriteRune(r)
+		case r > 0xFFFF:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.String()
 }
 
 // table prints rows of tab-separated cells under header, aligned.
@@ -77,33 +112,73 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // shown gives a string read from the database (or echoed from the command
 // line) as it is when every rune is printable, else quoted with Go escapes:
 // an ESC sequence, a carriage return or a bidi override in an identity
-// must not erase or reorder what the operator reads. Empty strings,
-// strings with a space at either end and strings that start with a quote
-// are quoted too, so that none passes for another ("a " for "a") and no
-// plain string for a quoted one.
+// must not erase or reorder what the operator reads, nor an invisible rune
+// make "a\u3164" pass for "a". Empty strings, strings with a space at
+// either end and strings that start with a quote are quoted too, so that
+// none passes for another ("a " for "a") and no plain string for a quoted
+// one.
 func shown(s string) string {
 	if s == "" || s[0] == '"' || s[0] == ' ' || s[len(s)-1] == ' ' || !printable(s) {
-		return strconv.Quote(s)
+		return quote(s)
 	}
 	return s
 }
 
-// printable reports whether s is valid UTF-8 of printable runes (letters,
+// quote quotes s as strconv.Quote does, but escapes the invisible runes
+// too, which strconv.Quote leaves as they are.
+func quote(s string) string {
+	var out strings.Builder
+	for _, r := range strconv.Quote(s) {
+		if invisible(r) {
+			out.WriteString(escaped(r))
+		} else {
+			out.WriteRune(r)
+		}
+	}
+	return out.String()
+}
+
+// printable reports whether s is valid UTF-8 of visible runes (letters,
 // marks, numbers, punctuation, symbols and the ASCII space): no control or
-// format character.
+// format character, nor a filler that shows nothing.
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
 	for _, r := range s {
-		if !unicode.IsPrint(r) {
+		if !visible(r) {
 			return false
 		}
 	}
 	return true
 }
 
-// plainWriter escapes every rune but newline and tab that is not printable,
+// visible reports whether r may be printed as it is: unicode.IsPrint
+// (which excludes controls, format characters such as bidi overrides, and
+// spaces but the ASCII one) and not invisible.
+func visible(r rune) bool { return unicode.IsPrint(r) && !invisible(r) }
+
+// invisible reports whether r is a rune that unicode.IsPrint accepts but
+// that shows nothing, or nothing of its own: the Hangul fillers and other
+// default-ignorable code points, variation selectors, and the blank
+// braille pattern.
+func invisible(r rune) bool {
+	return r == '\u2800' || unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
+}
+
+// escaped gives r, which is not visible, as a Go escape.
+func escaped(r rune) string {
+	switch {
+	case !unicode.IsPrint(r):
+		q := strconv.QuoteRune(r)
+		return q[1 : len(q)-1]
+	case r > 0xFFFF:
+		return fmt.Sprintf(`\U%08x`, r)
+	}
+	return fmt.Sprintf(`\u%04x`, r)
+}
+
+// plainWriter escapes every rune but newline and tab that is not visible,
 // for messages: errors may quote what the server or the tables hold.
 type plainWriter struct{ w io.Writer }
 
@@ -115,11 +190,10 @@ func (p plainWriter) Write(b []byte) (int, error) {
 		switch {
 		case r == utf8.RuneError && n == 1:
 			fmt.Fprintf(&out, `\x%02x`, s[0])
-		case r == '\n' || r == '\t' || unicode.IsPrint(r):
+		case r == '\n' || r == '\t' || visible(r):
 			out.WriteString(s[:n])
 		default:
-			q := strconv.QuoteRune(r)
-			out.WriteString(q[1 : len(q)-1])
+			out.WriteString(escaped(r))
 		}
 		s = s[n:]
 	}

@@ -71,7 +71,10 @@ func (c *cluster) run(args ...string) (int, string, string) {
 const unreachable = envDSN + "=app:s3cr3tPW@tcp(127.0.0.1:1)/app?timeout=1s"
 
 func TestPasswordNeverPrinted(t *testing.T) {
-	const password = "s3cr3tPW"
+	const (
+		password = "s3cr3tPW"
+		dsn      = "app:" + password + "@tcp(127.0.0.1:1)/app"
+	)
 	env := []string{unreachable}
 	for _, tc := range []struct {
 		env  []string
@@ -91,11 +94,141 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		{nil, []string{"status", "--dsn", "app:s3cr3tPW/x@tcp(127.0.0.1:1)"}, exitUsage},
 		{nil, []string{"status", "--dsn", "app:x/s3cr3tPW%zz@tcp(127.0.0.1:1)"}, exitUsage},
 		{nil, []string{"status", "--dsn", "app:s3cr3tPW/app"}, exitUsage},
+		// Without an @ what the driver quotes may hold part of the
+		// password however it is blanked out; and user:pass(x)/db parses,
+		// with user:pass for the network.
+		{nil, []string{"status", "--dsn", "app:x/s3cr3tPW%zz"}, exitUsage},
+		{nil, []string{"status", "--dsn", "a/b:s3cr3tPW%zz"}, exitUsage},
+		{nil, []string{"status", "--dsn", "app:s3cr3tPW(x)/app"}, exitUsage},
+		// A mistyped or missing --dsn leaves the DSN where the command,
+		// or help's argument, is expected.
+		{nil, []string{"--dns", dsn, "status", "x"}, exitUsage},
+		{nil, []string{"--DSN", dsn, "status", "x"}, exitUsage},
+		{nil, []string{"-d", dsn, "status"}, exitUsage},
+		{nil, []string{"--dsn=", dsn, "status"}, exitUsage},
+		{nil, []string{"help", "--dns", dsn}, exitUsage},
+		{nil, []string{"help", "status", dsn}, exitUsage},
+		{nil, []string{dsn, "status"}, exitUsage},
+		{nil, []string{dsn}, exitUsage},
 	} {
 		code, out, errOut := electctl(t, tc.env, tc.args...)
 		if code != tc.code || strings.Contains(out+errOut, password) {
 			t.Errorf("electctl %q (env %q): exit %d, want %d, and no password in:\n%s%s", tc.args, tc.env, code, tc.code, out, errOut)
 		}
+	}
+	// What may hold a password is not shown; a mistyped command still is.
+	for args, want := range map[string]string{
+		dsn:                "unknown command (not shown: it may hold a password)",
+		"stauts":           `unknown command "stauts"`,
+		"help stauts":      `help takes one command; got "stauts"`,
+		"help status -- x": `help takes one command; got "status x"`,
+	} {
+		if code, out, errOut := electctl(t, nil, strings.Fields(args)...); code != exitUsage || !strings.Contains(errOut, want) {
+			t.Errorf("electctl %s: exit %d, want %d and %q in:\n%s%s", args, code, exitUsage, want, out, errOut)
+		}
+	}
+}
+
+func TestHelpIsAFlagNotAValue(t *testing.T) {
+	// --dsn -h gives --dsn the value -h: no help is asked for, and no
+	// command given.
+	for _, args := range [][]string{{"--dsn", "-h"}, {"--prefix", "--help"}, {"-timeout", "-h", "--json"}} {
+		if code, out, errOut := electctl(t, nil, args...); code != exitUsage || out != "" || !strings.HasPrefix(errOut, "usage: electctl") {
+			t.Errorf("%q: exit %d, want %d with the usage on stderr\n%s%s", args, code, exitUsage, out, errOut)
+		}
+	}
+	for _, args := range [][]string{{"-h"}, {"--json", "--help"}, {"--dsn=x", "-h"}, {"--dsn", "x", "--help"}} {
+		if code, out, errOut := electctl(t, nil, args...); code != exitOK || !strings.HasPrefix(out, "usage: electctl") {
+			t.Errorf("%q: exit %d, want %d with the usage on stdout\n%s%s", args, code, exitOK, out, errOut)
+		}
+	}
+}
+
+func TestJSONEscaped(t *testing.T) {
+	c := newCluster(t)
+	c.add("spoof", "a")
+	c.waitLeader("spoof")
+	// encoding/json escapes only what is below U+0020 (and U+2028/9):
+	// not the C1 controls (U+009B is the 8-bit CSI), bidi overrides, DEL,
+	// format characters above U+FFFF, nor invisible fillers.
+	const (
+		evil   = "\u009b2K\u202efake\x7f\U000e0041"
+		host   = "h\u0085ost\u3164"
+		reason = "x\x7f[31m" // the column is ASCII
+	)
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"UPDATE election_record SET holder = ?, host = ?", []any{evil, host}},
+		{"INSERT INTO election_term (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) " +
+			"SELECT lock_name, 0, ?, ?, 1, started_at, started_at, ? FROM election_term WHERE epoch = 1", []any{evil, host, reason}},
+		{"INSERT INTO election_candidate (lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) " +
+			"SELECT lock_name, ?, strategy, ?, 1, since, seen_at, expiry_us FROM election_candidate WHERE identity = 'a'", []any{evil, host}},
+	} {
+		if _, err := c.db.Exec(q.sql, q.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// decode checks that out holds none of the runes raw, and decodes it
+	// into v: the escapes must give back what was written.
+	decode := func(what, out string, v any) {
+		t.Helper()
+		for _, r := range []string{"\u009b", "\u0085", "\u202e", "\x7f", "\U000e0041", "\u3164"} {
+			if strings.Contains(out, r) {
+				t.Errorf("%s printed %q raw:\n%q", what, r, out)
+			}
+		}
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			t.Errorf("%s: %v\n%q", what, err, out)
+		}
+	}
+	var rec recordView
+	code, out, _ := c.run("--json", "status", "spoof")
+	if decode("status spoof", out, &rec); code != exitOK || rec.Leader != evil || rec.Host != host {
+		t.Errorf("status spoof --json: %d %+v", code, rec)
+	}
+	var recs []recordView
+	code, out, _ = c.run("--json", "status")
+	if decode("status", out, &recs); code != exitOK || len(recs) != 1 || recs[0].Leader != evil || recs[0].Host != host {
+		t.Errorf("status --json: %d %+v", code, recs)
+	}
+	var terms []map[string]any
+	code, out, _ = c.run("--json", "history", "spoof")
+	if decode("history", out, &terms); code != exitOK || len(terms) != 2 || terms[1]["leader"] != evil || terms[1]["host"] != host || terms[1]["reason"] != reason {
+		t.Errorf("history --json: %d %q", code, terms)
+	}
+	var cands []map[string]any
+	code, out, _ = c.run("--json", "candidates", "spoof")
+	if decode("candidates", out, &cands); code != exitOK || len(cands) != 2 {
+		t.Errorf("candidates --json: %d %q", code, cands)
+	}
+	found := false
+	for _, k := range cands {
+		found = found || k["identity"] == evil && k["host"] == host
+	}
+	if !found {
+		t.Errorf("candidates --json: no candidate %q of host %q in %q", evil, host, cands)
+	}
+	// watch --json: its first line is the leader.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := electctlCmd(t, ctx, []string{envDSN + "=" + c.dsn}, "--json", "watch", "spoof")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("watch: %v", err)
+	}
+	var ev map[string]any
+	if decode("watch", line, &ev); ev["leader"] != evil {
+		t.Errorf("watch --json: %q", line)
 	}
 }
 
@@ -206,6 +339,17 @@ func TestShown(t *testing.T) {
 		"bad\xff":         `"bad\xff"`,
 		"\ufffd ok":       "\ufffd ok",
 		"\u0085next line": `"\u0085next line"`,
+		// Printable to unicode.IsPrint, yet invisible: "a\u3164" would
+		// pass for "a", and strconv.Quote leaves them as they are.
+		"a\u3164":      `"a\u3164"`,
+		"\u115fa":      `"\u115fa"`,
+		"a\u1160":      `"a\u1160"`,
+		"a\uffa0":      `"a\uffa0"`,
+		"a\u2800":      `"a\u2800"`,
+		"a\u034f":      `"a\u034f"`,
+		"a\ufe0f":      `"a\ufe0f"`,
+		"a\U000e0100":  `"a\U000e0100"`,
+		"\"\u3164\x1b": `"\"\u3164\x1b"`,
 	} {
 		if got := shown(in); got != want {
 			t.Errorf("shown(%q) = %s, want %s", in, got, want)
