@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -179,13 +180,18 @@ func escaped(r rune) string {
 }
 
 // plainWriter escapes every rune but newline and tab that is not visible,
-// for messages: errors may quote what the server or the tables hold.
+// for messages: errors may quote what the server or the tables hold. It
+// also blanks anything shaped like a DSN's user:password@, wherever a
+// message quotes one (a DSN passed as an election name or a flag's value).
 type plainWriter struct{ w io.Writer }
 
-// Write writes b with its unprintable runes escaped.
+// credentials matches the user:password@ of a DSN.
+var credentials = regexp.MustCompile(`([^\s:"'/@]+):[^\s"'@]+@`)
+
+// Write writes b with its unprintable runes escaped and passwords blanked.
 func (p plainWriter) Write(b []byte) (int, error) {
 	var out strings.Builder
-	for s := string(b); s != ""; {
+	for s := credentials.ReplaceAllString(string(b), "${1}:xxxxx@"); s != ""; {
 		r, n := utf8.DecodeRuneInString(s)
 		switch {
 		case r == utf8.RuneError && n == 1:

@@ -110,6 +110,9 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		{nil, []string{"help", "status", dsn}, exitUsage},
 		{nil, []string{dsn, "status"}, exitUsage},
 		{nil, []string{dsn}, exitUsage},
+		// A DSN where a name or a flag's value goes: messages quote those.
+		{[]string{envDSN + "=" + server.DSN(server.NewDatabase(t))}, []string{"status", dsn}, exitNotFound},
+		{env, []string{"history", "--limit", dsn, "x"}, exitUsage},
 	} {
 		code, out, errOut := electctl(t, tc.env, tc.args...)
 		if code != tc.code || strings.Contains(out+errOut, password) {
