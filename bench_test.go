@@ -138,10 +138,12 @@ func BenchmarkSteadyState(b *testing.B) {
 			defer func() { cancel(); <-done; <-done; <-done }()
 			time.Sleep(3 * time.Second) // everyone campaigning
 			for range b.N {
-				before := questions(b, admin)
+				before := counters(b, admin)
 				time.Sleep(5 * time.Second)
 				// Two statements are the measurement's own.
-				b.ReportMetric((questions(b, admin)-before-2)/5, "queries/s")
+				d := counters(b, admin).minus(before)
+				b.ReportMetric((d.questions-2)/5, "queries/s")
+				b.ReportMetric((d.roundTrips()-2)/5, "round-trips/s")
 			}
 			b.ReportMetric(0, "ns/op")
 		})
@@ -186,7 +188,7 @@ func BenchmarkFenced(b *testing.B) {
 		{"fenced", func() error { return term.Fenced(ctx, insert) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			before := questions(b, admin)
+			before := counters(b, admin)
 			b.ResetTimer()
 			for range b.N {
 				if err := c.run(); err != nil {
@@ -194,17 +196,82 @@ func BenchmarkFenced(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric((questions(b, admin)-before-1)/float64(b.N), "statements/op")
+			d := counters(b, admin).minus(before)
+			b.ReportMetric((d.questions-1)/float64(b.N), "statements/op")
+			b.ReportMetric((d.roundTrips()-1)/float64(b.N), "round-trips/op")
 		})
 	}
 }
 
-// questions reads the server's count of statements received.
-func questions(b *testing.B, admin *sql.DB) float64 {
-	var name string
-	var n float64
-	if err := admin.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+// serverCounters are the server's counts of what clients sent it.
+type serverCounters struct {
+	questions float64 // statements: COM_QUERY and COM_STMT_EXECUTE
+	prepares  float64 // COM_STMT_PREPARE, a round trip of its own
+}
+
+// roundTrips is statements plus prepares: each waits for the server.
+func (c serverCounters) roundTrips() float64 { return c.questions + c.prepares }
+
+func (c serverCounters) minus(o serverCounters) serverCounters {
+	return serverCounters{c.questions - o.questions, c.prepares - o.prepares}
+}
+
+// counters reads the server's global counters.
+func counters(b *testing.B, admin *sql.DB) serverCounters {
+	rows, err := admin.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
+	if err != nil {
 		b.Fatal(err)
 	}
-	return n
+	defer rows.Close()
+	var c serverCounters
+	for rows.Next() {
+		var name string
+		var n float64
+		if err := rows.Scan(&name, &n); err != nil {
+			b.Fatal(err)
+		}
+		if name == "Questions" {
+			c.questions = n
+		} else {
+			c.prepares = n
+		}
+	}
+	return c
+}
+
+// BenchmarkCampaign counts what one campaign and its resignation send to
+// the server, from the server's own counters: statements, and round trips
+// (statements plus prepares; with the driver's default DSN a statement with
+// arguments is a PREPARE and an EXECUTE). One candidate, nobody else: the
+// pinned session's setup, GET_LOCK, the term start, and the release.
+//
+//	go test -run '^$' -bench Campaign -benchtime 50x
+func BenchmarkCampaign(b *testing.B) {
+	for _, s := range strategies {
+		b.Run(s.String(), func(b *testing.B) {
+			db, _ := newDB(b)
+			admin := server.Open(b, "")
+			cfg := election.Config{Strategy: s, Identity: "a", Interval: time.Hour, Lease: 2 * time.Hour, CheckInterval: 100 * time.Millisecond}
+			e, err := election.New(db, "campaign", cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			resignAll(b, await(b, campaign(ctx, e), 10*time.Second).term) // tables, platform
+			before := counters(b, admin)
+			b.ResetTimer()
+			for range b.N {
+				t, err := e.Campaign(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				t.Resign(ctx)
+			}
+			b.StopTimer()
+			d := counters(b, admin).minus(before)
+			// Less the one SHOW STATUS of the measurement.
+			b.ReportMetric((d.questions-1)/float64(b.N), "statements/op")
+			b.ReportMetric((d.roundTrips()-1)/float64(b.N), "round-trips/op")
+		})
+	}
 }

@@ -82,7 +82,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	defer tx.Rollback()
 	var current uint64
-	err = tx.QueryRowContext(ctx, "SELECT epoch FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock).Scan(&current)
+	err = tx.QueryRowContext(ctx, text("SELECT epoch FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock)).Scan(&current)
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}

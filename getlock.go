@@ -114,7 +114,7 @@ func (s *pinned) getLock(ctx context.Context, try bool) (bool, error) {
 		wait = 0
 	}
 	var got sql.NullInt64
-	err := s.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", s.lock, wait).Scan(&got)
+	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", s.lock, wait)).Scan(&got)
 	switch {
 	case err != nil:
 		if ctx.Err() != nil {
@@ -182,7 +182,7 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, error) {
 // yield gives the lock back without starting a term, and waits one check
 // interval so that the hand-over target, not this candidate, wins it next.
 func (s *pinned) yield(ctx context.Context) error {
-	if _, err := s.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", s.lock); err != nil {
+	if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", s.lock)); err != nil {
 		return fmt.Errorf("%w: yielding: %w", ErrSessionLost, err)
 	}
 	s.g.log.Info("yielded the lock to a pending hand-over")
@@ -197,8 +197,8 @@ func (s *pinned) yield(ctx context.Context) error {
 // renew stamps the record and confirms that this session still holds the
 // lock and has not been asked to step down, all on the pinned session.
 func (s *pinned) renew(ctx context.Context) error {
-	res, err := s.conn.ExecContext(ctx, "UPDATE `"+s.g.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND conn_id = ?", s.lock, s.token, s.id)
+	res, err := s.conn.ExecContext(ctx, text("UPDATE `"+s.g.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
+		"WHERE lock_name = ? AND epoch = ? AND conn_id = ?", s.lock, s.token, s.id))
 	if err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
@@ -210,8 +210,8 @@ func (s *pinned) renew(ctx context.Context) error {
 		demoted bool
 		handTo  sql.NullString
 	)
-	if err := s.conn.QueryRowContext(ctx, "SELECT IS_USED_LOCK(lock_name), demote_epoch <=> epoch, handover_to "+
-		"FROM `"+s.g.st.tbl.record+"` WHERE lock_name = ?", s.lock).Scan(&owner, &demoted, &handTo); err != nil {
+	if err := s.conn.QueryRowContext(ctx, text("SELECT IS_USED_LOCK(lock_name), demote_epoch <=> epoch, handover_to "+
+		"FROM `"+s.g.st.tbl.record+"` WHERE lock_name = ?", s.lock)).Scan(&owner, &demoted, &handTo); err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
 	if !owner.Valid || uint64(owner.Int64) != s.id {
@@ -230,7 +230,7 @@ func (s *pinned) release(ctx context.Context, why string) error {
 		return err
 	}
 	var released sql.NullInt64
-	if err := s.conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", s.lock).Scan(&released); err != nil {
+	if err := s.conn.QueryRowContext(ctx, text("SELECT RELEASE_LOCK(?)", s.lock)).Scan(&released); err != nil {
 		return err
 	}
 	if released.Int64 != 1 {

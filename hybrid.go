@@ -200,7 +200,7 @@ func (r Record) overdue() string {
 // kill, or the refusal. A refused kill returns ErrKillDenied with the grant
 // to give.
 func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, why string, log *slog.Logger, counted func(error)) error {
-	if _, err := q.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
+	if _, err := q.ExecContext(ctx, text("KILL CONNECTION ?", rec.ConnID)); err != nil {
 		var me *mysql.MySQLError
 		switch {
 		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
@@ -258,11 +258,11 @@ func (s *store) record(ctx context.Context, q querier, lock string) (Record, err
 }
 
 func readRecords(ctx context.Context, q querier, t tables, where string, args ...any) ([]Record, error) {
-	rows, err := q.QueryContext(ctx, "SELECT name, strategy, state, epoch, holder, host, pid, conn_id, "+
+	rows, err := q.QueryContext(ctx, text("SELECT name, strategy, state, epoch, holder, host, pid, conn_id, "+
 		utcMicros("since")+", "+utcMicros("renewed_at")+", "+utcMicros("ended_at")+", "+
 		ageMicros("renewed_at")+", lease_us, IS_USED_LOCK(lock_name), "+
 		"IF(demote_epoch <=> epoch, "+ageMicros("demote_at")+", NULL), handover_to "+
-		"FROM `"+t.record+"` "+where+" ORDER BY name", args...)
+		"FROM `"+t.record+"` "+where+" ORDER BY name", args...))
 	if err != nil {
 		return nil, fmt.Errorf("election: reading the record: %w", schemaError(t, err))
 	}
@@ -293,7 +293,7 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 // epoch reads the newest token the election has issued; 0 if none.
 func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	var epoch uint64
-	err := s.db.QueryRowContext(ctx, "SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock).Scan(&epoch)
+	err := s.db.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("election: reading the epoch: %w", schemaError(s.tbl, err))
 	}
@@ -304,13 +304,13 @@ func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 // that term as leading) and in the history. A "lost" guess made by the next
 // term gives way to the real reason.
 func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, why string) error {
-	if _, err := q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading); err != nil {
+	if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading)); err != nil {
 		return err
 	}
-	_, err := q.ExecContext(ctx, "UPDATE `"+s.tbl.term+"` SET ended_at = COALESCE(ended_at, UTC_TIMESTAMP(6)), reason = ? "+
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = COALESCE(ended_at, UTC_TIMESTAMP(6)), reason = ? "+
 		"WHERE lock_name = ? AND epoch = ? AND (reason IS NULL OR reason = ? OR ? IN (?, ?))",
-		why, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled)
+		why, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled))
 	return err
 }
 
@@ -337,14 +337,14 @@ type predecessor struct {
 // then bumps the epoch and writes the record and the history.
 func (s *store) openTerm(ctx context.Context, tx *sql.Tx, lock string, session uint64) (token uint64, delay time.Duration, err error) {
 	var p predecessor
-	err = tx.QueryRowContext(ctx, "SELECT strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
+	err = tx.QueryRowContext(ctx, text("SELECT strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
 		"handover_to IS NOT NULL AND handover_to <> ? AND handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
 		"SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = r.lock_name AND c.identity = r.handover_to "+
 		"AND "+ageMicros("c.seen_at")+" <= c.expiry_us) "+
-		"FROM `"+s.tbl.record+"` r WHERE lock_name = ? FOR UPDATE", s.cfg.Identity, lock).
+		"FROM `"+s.tbl.record+"` r WHERE lock_name = ? FOR UPDATE", s.cfg.Identity, lock)).
 		Scan(&p.strategy, &p.state, &p.session, &p.owner, &p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, 0, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
@@ -389,8 +389,8 @@ func (s *store) succeed(p predecessor) (time.Duration, error) {
 // term's token. LAST_INSERT_ID(expr) hands it back in the OK packet, with
 // no second round trip to read it; a first insert reports 0: epoch 1.
 func (s *store) bumpEpoch(ctx context.Context, tx *sql.Tx, lock string) (uint64, error) {
-	res, err := tx.ExecContext(ctx, "INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) VALUES (?, 1) "+
-		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(epoch + 1)", lock)
+	res, err := tx.ExecContext(ctx, text("INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) VALUES (?, 1) "+
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(epoch + 1)", lock))
 	if err != nil {
 		return 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(s.tbl, err))
 	}
@@ -405,7 +405,7 @@ func (s *store) bumpEpoch(ctx context.Context, tx *sql.Tx, lock string) (uint64,
 // last term's history row if nobody did, and opens this term's.
 func (s *store) writeTerm(ctx context.Context, tx *sql.Tx, lock string, session, token uint64) error {
 	host, _ := os.Hostname()
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.tbl.record+"` "+
+	if _, err := tx.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
 		"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at, ended_at, "+
 		"demote_epoch, demote_at, handover_to, handover_until) "+
 		"VALUES (?, ?, ?, 'leading', ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, NULL, NULL, NULL, NULL) "+
@@ -414,21 +414,21 @@ func (s *store) writeTerm(ctx context.Context, tx *sql.Tx, lock string, session,
 		"lease_us = VALUES(lease_us), since = VALUES(since), renewed_at = VALUES(renewed_at), ended_at = NULL, "+
 		"demote_epoch = NULL, demote_at = NULL, handover_to = NULL, handover_until = NULL",
 		lock, s.name, s.cfg.Strategy.String(), token, s.cfg.Identity, host, os.Getpid(), session,
-		(s.cfg.Lease + s.cfg.Margin).Microseconds()); err != nil {
+		(s.cfg.Lease+s.cfg.Margin).Microseconds())); err != nil {
 		return fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
 	}
 	// Terms that ended without saying why (a crash, a kill from outside) are
 	// closed as lost; their leader may still tell the real reason later.
-	if _, err := tx.ExecContext(ctx, "UPDATE `"+s.tbl.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
-		"WHERE lock_name = ? AND ended_at IS NULL", stateLost, lock); err != nil {
+	if _, err := tx.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
+		"WHERE lock_name = ? AND ended_at IS NULL", stateLost, lock)); err != nil {
 		return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, s.cfg.Identity, host, os.Getpid()); err != nil {
+	if _, err := tx.ExecContext(ctx, text("INSERT INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, s.cfg.Identity, host, os.Getpid())); err != nil {
 		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 	}
 	if limit := uint64(s.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit); err != nil {
+		if _, err := tx.ExecContext(ctx, text("DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit)); err != nil {
 			return fmt.Errorf("election: pruning the history: %w", schemaError(s.tbl, err))
 		}
 	}
@@ -452,8 +452,8 @@ type TermRecord struct {
 
 // terms reads history rows of the election that match cond.
 func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]TermRecord, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT epoch, holder, host, pid, "+utcMicros("started_at")+", "+utcMicros("ended_at")+
-		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...)
+	rows, err := s.db.QueryContext(ctx, text("SELECT epoch, holder, host, pid, "+utcMicros("started_at")+", "+utcMicros("ended_at")+
+		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...))
 	if err != nil {
 		return nil, fmt.Errorf("election: reading the history: %w", schemaError(s.tbl, err))
 	}
@@ -491,8 +491,8 @@ type Candidate struct {
 // candidates reads the election's heartbeat rows; leader marks the one
 // that leads.
 func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]Candidate, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT identity, host, pid, "+utcMicros("since")+", "+ageMicros("seen_at")+
-		", "+ageMicros("seen_at")+" <= expiry_us FROM `"+s.tbl.candidate+"` WHERE lock_name = ? ORDER BY identity", lock)
+	rows, err := s.db.QueryContext(ctx, text("SELECT identity, host, pid, "+utcMicros("since")+", "+ageMicros("seen_at")+
+		", "+ageMicros("seen_at")+" <= expiry_us FROM `"+s.tbl.candidate+"` WHERE lock_name = ? ORDER BY identity", lock))
 	if err != nil {
 		return nil, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
 	}
@@ -520,8 +520,8 @@ func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]C
 // expiry.
 func (s *store) isCandidate(ctx context.Context, lock, identity string) (bool, error) {
 	var alive bool
-	err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ? AND "+
-		ageMicros("seen_at")+" <= expiry_us)", lock, identity).Scan(&alive)
+	err := s.db.QueryRowContext(ctx, text("SELECT EXISTS (SELECT 1 FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ? AND "+
+		ageMicros("seen_at")+" <= expiry_us)", lock, identity)).Scan(&alive)
 	if err != nil {
 		return false, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
 	}
@@ -542,8 +542,8 @@ type presence struct {
 func (p *presence) join(ctx context.Context, q querier) error {
 	st := p.st
 	var other sql.NullString
-	err := q.QueryRowContext(ctx, "SELECT MIN(identity) FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND strategy <> ? AND "+
-		ageMicros("seen_at")+" <= expiry_us", p.lock, st.cfg.Strategy.String()).Scan(&other)
+	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND strategy <> ? AND "+
+		ageMicros("seen_at")+" <= expiry_us", p.lock, st.cfg.Strategy.String())).Scan(&other)
 	if err != nil {
 		return fmt.Errorf("election: reading the candidates: %w", schemaError(st.tbl, err))
 	}
@@ -553,8 +553,8 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	if err := p.beat(ctx, q); err != nil {
 		return err
 	}
-	if _, err := q.ExecContext(ctx, "DELETE FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND "+
-		ageMicros("seen_at")+" > 10 * expiry_us", p.lock); err != nil {
+	if _, err := q.ExecContext(ctx, text("DELETE FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND "+
+		ageMicros("seen_at")+" > 10 * expiry_us", p.lock)); err != nil {
 		return fmt.Errorf("election: cleaning up candidates: %w", schemaError(st.tbl, err))
 	}
 	return nil
@@ -566,11 +566,11 @@ func (p *presence) beat(ctx context.Context, q querier) error {
 	st := p.st
 	host, _ := os.Hostname()
 	expiry := 2*st.cfg.heartbeatPeriod() + st.cfg.Margin
-	_, err := q.ExecContext(ctx, "INSERT INTO `"+st.tbl.candidate+"` "+
+	_, err := q.ExecContext(ctx, text("INSERT INTO `"+st.tbl.candidate+"` "+
 		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?) "+
 		"ON DUPLICATE KEY UPDATE since = IF(pid <=> VALUES(pid) AND host <=> VALUES(host), since, VALUES(since)), "+
 		"strategy = VALUES(strategy), host = VALUES(host), pid = VALUES(pid), seen_at = VALUES(seen_at), expiry_us = VALUES(expiry_us)",
-		p.lock, st.cfg.Identity, st.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds())
+		p.lock, st.cfg.Identity, st.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds()))
 	if err != nil {
 		return fmt.Errorf("election: candidate heartbeat: %w", schemaError(st.tbl, err))
 	}
@@ -591,7 +591,7 @@ func (p *presence) beatIfDue(ctx context.Context, q querier) error {
 func (s *store) leave(ctx context.Context) error {
 	lock, err := s.lockName(ctx)
 	if err == nil {
-		_, err = s.db.ExecContext(ctx, "DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity)
+		_, err = s.db.ExecContext(ctx, text("DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
 	}
 	return err
 }

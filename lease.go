@@ -87,9 +87,9 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 	// A plain read first: while the lease is held, waiters take no row locks.
 	var held bool
-	err := h.st.db.QueryRowContext(ctx, "SELECT state = ? AND strategy = ? AND "+ageMicros("renewed_at")+" <= lease_us "+
+	err := h.st.db.QueryRowContext(ctx, text("SELECT state = ? AND strategy = ? AND "+ageMicros("renewed_at")+" <= lease_us "+
 		"AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) "+
-		"FROM `"+h.st.tbl.record+"` WHERE lock_name = ?", stateLeading, LeaseRow.String(), h.lock).Scan(&held)
+		"FROM `"+h.st.tbl.record+"` WHERE lock_name = ?", stateLeading, LeaseRow.String(), h.lock)).Scan(&held)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, fmt.Errorf("election: reading the record: %w", schemaError(h.st.tbl, err))
 	}
@@ -116,9 +116,9 @@ func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 // names another term or asks this one to step down; a failed statement is
 // transient, retried until the local lease runs out.
 func (h *leaseHold) renew(ctx context.Context) error {
-	res, err := h.st.db.ExecContext(ctx, "UPDATE `"+h.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
+	res, err := h.st.db.ExecContext(ctx, text("UPDATE `"+h.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
 		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND NOT (demote_epoch <=> epoch)",
-		h.lock, h.token, h.id, stateLeading)
+		h.lock, h.token, h.id, stateLeading))
 	if err != nil {
 		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
 	}
@@ -132,9 +132,9 @@ func (h *leaseHold) renew(ctx context.Context) error {
 		return nil
 	}
 	var handTo sql.NullString
-	err = h.st.db.QueryRowContext(ctx, "SELECT handover_to FROM `"+h.st.tbl.record+"` "+
+	err = h.st.db.QueryRowContext(ctx, text("SELECT handover_to FROM `"+h.st.tbl.record+"` "+
 		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND demote_epoch <=> epoch",
-		h.lock, h.token, h.id, stateLeading).Scan(&handTo)
+		h.lock, h.token, h.id, stateLeading)).Scan(&handTo)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: the record names another term", ErrLockLost)

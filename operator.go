@@ -194,9 +194,9 @@ func (o *Operator) request(ctx context.Context, lock string, token uint64, to st
 	// The hand-over preference outlives the demotion long enough for the
 	// target to win the lock, and no longer: a target that died meanwhile
 	// must not block the election.
-	res, err := o.st.db.ExecContext(ctx, "UPDATE `"+o.st.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
+	res, err := o.st.db.ExecContext(ctx, text("UPDATE `"+o.st.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
 		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL 3 * lease_us MICROSECOND "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", handTo, lock, token, stateLeading)
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", handTo, lock, token, stateLeading))
 	if err != nil {
 		return fmt.Errorf("election: requesting the demotion: %w", schemaError(o.st.tbl, err))
 	}
