@@ -196,31 +196,38 @@ func (s *pinned) yield(ctx context.Context) error {
 
 // renew stamps the record and confirms that this session still holds the
 // lock and has not been asked to step down, all on the pinned session.
+//
+// One statement while all is well: the renewal only matches if this
+// session holds the lock (IS_USED_LOCK) and the record names this term
+// with no demotion pending. Only when it matches nothing does a read tell
+// why.
 func (s *pinned) renew(ctx context.Context) error {
-	res, err := s.conn.ExecContext(ctx, text("UPDATE `"+s.g.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND conn_id = ?", s.lock, s.token, s.id))
+	st := s.g.st
+	renewed, err := st.renew(ctx, s.conn, s.lock, s.token, s.id, "IS_USED_LOCK(r.lock_name) = CONNECTION_ID()")
 	if err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("%w: the record names another term", ErrLockLost)
+	if renewed {
+		return nil
 	}
 	var (
-		owner   sql.NullInt64
-		demoted bool
-		handTo  sql.NullString
+		owner         sql.NullInt64
+		ours, demoted bool
+		handTo        sql.NullString
 	)
-	if err := s.conn.QueryRowContext(ctx, text("SELECT IS_USED_LOCK(lock_name), demote_epoch <=> epoch, handover_to "+
-		"FROM `"+s.g.st.tbl.record+"` WHERE lock_name = ?", s.lock)).Scan(&owner, &demoted, &handTo); err != nil {
+	if err := s.conn.QueryRowContext(ctx, text("SELECT IS_USED_LOCK(lock_name), epoch = ? AND conn_id = ?, demote_epoch <=> epoch, handover_to "+
+		"FROM `"+st.tbl.record+"` WHERE lock_name = ?", s.token, s.id, s.lock)).Scan(&owner, &ours, &demoted, &handTo); err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
-	if !owner.Valid || uint64(owner.Int64) != s.id {
+	switch {
+	case !owner.Valid || uint64(owner.Int64) != s.id:
 		return fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, s.id)
-	}
-	if demoted {
+	case !ours:
+		return fmt.Errorf("%w: the record names another term", ErrLockLost)
+	case demoted:
 		return demotion(handTo)
 	}
-	return s.row.beatIfDue(ctx, s.conn)
+	return fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
 }
 
 // release records why the term ended, then frees the lock for the next

@@ -290,6 +290,27 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 	return rs, nil
 }
 
+// renew is the leader's keepalive: one statement that stamps the record
+// of term token, if it still names holder (a session or a lease id) with no
+// demotion pending and the strategy's own condition holds (cond, on the
+// record as r), and refreshes the leader's candidate row with it. It
+// reports whether the record matched. The candidate row is for listing and
+// hand-over checks only: should the statement fail on it (a grant revoked
+// on that table), the record alone is stamped, and the term goes on.
+func (s *store) renew(ctx context.Context, q querier, lock string, token, holder uint64, cond string) (bool, error) {
+	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND ", lock, token, holder) + cond
+	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
+		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6)", s.cfg.Identity)+where)
+	if me := new(mysql.MySQLError); errors.As(err, &me) {
+		res, err = q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6)"+where)
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return err == nil && n >= 1, nil
+}
+
 // epoch reads the newest token the election has issued; 0 if none.
 func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	var epoch uint64

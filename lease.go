@@ -116,19 +116,11 @@ func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
 // names another term or asks this one to step down; a failed statement is
 // transient, retried until the local lease runs out.
 func (h *leaseHold) renew(ctx context.Context) error {
-	res, err := h.st.db.ExecContext(ctx, text("UPDATE `"+h.st.tbl.record+"` SET renewed_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND NOT (demote_epoch <=> epoch)",
-		h.lock, h.token, h.id, stateLeading))
+	renewed, err := h.st.renew(ctx, h.st.db, h.lock, h.token, h.id, "r.state = "+literal(stateLeading))
 	if err != nil {
 		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n == 1 {
-		// The lease is renewed; the candidate row is only for listing and
-		// hand-over checks. Its failure (a reset connection) must not end
-		// the term: it stays due and is retried at the next renewal.
-		if err := h.row.beatIfDue(ctx, h.st.db); err != nil {
-			h.log.Warn("candidate heartbeat failed; retrying at the next renewal", "err", err)
-		}
+	if renewed {
 		return nil
 	}
 	var handTo sql.NullString
