@@ -53,9 +53,13 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 			}
 		case err == nil:
 			sent := time.Now()
-			var delay time.Duration
-			if delay, err = s.startTerm(ctx); err == nil {
-				return won{h: s, token: s.token, sent: sent, delay: delay}, nil
+			var (
+				delay time.Duration
+				p     predecessor
+			)
+			if delay, p, err = s.startTerm(ctx); err == nil {
+				history := func(ctx context.Context) error { return g.st.writeHistory(ctx, s.conn, s.lock, s.token, p) }
+				return won{h: s, token: s.token, sent: sent, delay: delay, history: history}, nil
 			}
 			if errors.Is(err, errYield) {
 				if try {
@@ -162,21 +166,13 @@ func (s *pinned) contend(ctx context.Context) error {
 
 // startTerm opens the term in one transaction on the pinned session; see
 // openTerm. GET_LOCK is held, so the election is always free to take.
-func (s *pinned) startTerm(ctx context.Context) (time.Duration, error) {
-	tx, err := s.conn.BeginTx(ctx, nil)
+func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
+	token, delay, p, err := s.g.st.openTerm(ctx, s.conn, s.lock, s.id)
 	if err != nil {
-		return 0, fmt.Errorf("%w: starting a term: %w", ErrSessionLost, err)
-	}
-	defer tx.Rollback()
-	token, delay, err := s.g.st.openTerm(ctx, tx, s.lock, s.id)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("%w: committing the term: %w", ErrSessionLost, err)
+		return 0, p, err
 	}
 	s.token = token
-	return delay, nil
+	return delay, p, nil
 }
 
 // yield gives the lock back without starting a term, and waits one check

@@ -58,14 +58,18 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 	defer tick.Stop()
 	for {
 		sent := time.Now()
-		var delay time.Duration
+		var (
+			delay time.Duration
+			p     predecessor
+		)
 		err := bounded(func(ctx context.Context) (err error) {
-			delay, err = h.take(ctx)
+			delay, p, err = h.take(ctx)
 			return err
 		})
 		switch {
 		case err == nil:
-			return won{h: h, token: h.token, sent: sent, delay: delay}, nil
+			history := func(ctx context.Context) error { return l.st.writeHistory(ctx, l.st.db, h.lock, h.token, p) }
+			return won{h: h, token: h.token, sent: sent, delay: delay, history: history}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
 		case try:
@@ -84,32 +88,16 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 
 // take takes the lease if the election is free, or returns ErrHeld or
 // errYield.
-func (h *leaseHold) take(ctx context.Context) (time.Duration, error) {
-	// A plain read first: while the lease is held, waiters take no row locks.
-	var held bool
-	err := h.st.db.QueryRowContext(ctx, text("SELECT state = ? AND strategy = ? AND "+ageMicros("renewed_at")+" <= lease_us "+
-		"AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) "+
-		"FROM `"+h.st.tbl.record+"` WHERE lock_name = ?", stateLeading, LeaseRow.String(), h.lock)).Scan(&held)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("election: reading the record: %w", schemaError(h.st.tbl, err))
-	}
-	if held {
-		return 0, ErrHeld
-	}
-	tx, err := h.st.db.BeginTx(ctx, nil)
+//
+// While the lease is held that is one plain read (openTerm's first
+// statement): waiters take no row locks.
+func (h *leaseHold) take(ctx context.Context) (time.Duration, predecessor, error) {
+	token, delay, p, err := h.st.openTerm(ctx, h.st.db, h.lock, h.id)
 	if err != nil {
-		return 0, fmt.Errorf("election: taking the lease: %w", err)
-	}
-	defer tx.Rollback()
-	token, delay, err := h.st.openTerm(ctx, tx, h.lock, h.id)
-	if err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("election: taking the lease: %w", err)
+		return 0, p, err
 	}
 	h.token = token
-	return delay, nil
+	return delay, p, nil
 }
 
 // renew extends the lease in one statement. It fails only when the record

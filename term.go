@@ -33,6 +33,9 @@ type won struct {
 	token uint64
 	sent  time.Time     // when the statement that won was sent: the lease counts from there
 	delay time.Duration // the lock-delay owed to a predecessor that was killed
+	// history writes the term's history, once it has begun (the keepalive
+	// loop runs it first).
+	history func(ctx context.Context) error
 }
 
 // Term is one period of leadership: it starts when Campaign returns and ends
@@ -51,6 +54,8 @@ type Term struct {
 	start time.Time // local, when the term began
 	onEnd func()    // called once the hold is gone for sure
 
+	history func(ctx context.Context) error // see won
+
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	resign chan struct{} // closed by the first Resign
@@ -68,7 +73,7 @@ type Term struct {
 func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd,
+		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, history: w.history,
 		log: log.With("token", w.token),
 		ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
@@ -167,6 +172,7 @@ func (t *Term) keep(parent context.Context) {
 	defer t.timer.Stop()
 	t.log.Info("term started")
 	t.st.cfg.Observer.termStarted(t.st.name, t.st.cfg.Identity, t.token)
+	t.writeHistory()
 	tick := time.NewTicker(t.st.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -181,6 +187,17 @@ func (t *Term) keep(parent context.Context) {
 		break
 	}
 	t.finish(parent)
+}
+
+// writeHistory records the term in the history, bounded by the lease. A
+// failure is logged: the history serves operators, and the successor's
+// start writes a row that is missing.
+func (t *Term) writeHistory() {
+	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
+	defer cancel()
+	if err := t.history(ctx); err != nil {
+		t.log.Warn("could not write the term's history", "err", err)
+	}
 }
 
 // renew runs one keepalive: it extends the lease when confirmed, and ends
