@@ -124,7 +124,7 @@ func New(db *sql.DB, name string, cfg Config) (*Elector, error) {
 	}
 	e := &Elector{st: newStore(db, name, cfg), log: cfg.Logger.With("election", name, "identity", cfg.Identity)}
 	if cfg.Strategy == LeaseRow {
-		e.side = &leaseRow{st: e.st, log: e.log}
+		e.side = newLeaseRow(e.st, e.log)
 	} else {
 		e.side = &getLock{st: e.st, log: e.log, kills: &e.stats.kills, killsDenied: &e.stats.killsDenied}
 	}

@@ -203,7 +203,10 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 	if _, err := q.ExecContext(ctx, text("KILL CONNECTION ?", rec.ConnID)); err != nil {
 		var me *mysql.MySQLError
 		switch {
-		case errors.As(err, &me) && me.Number == 1094: // unknown thread: already gone
+		case errors.As(err, &me) && me.Number == 1094:
+			// Unknown thread: the session ended on its own between the read
+			// and the kill. Nothing was killed; its end is its own to record.
+			return nil
 		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
 			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
 				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
@@ -301,7 +304,7 @@ func (s *store) renew(ctx context.Context, q querier, lock string, token, holder
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND ", lock, token, holder) + cond
 	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
 		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6)", s.cfg.Identity)+where)
-	if me := new(mysql.MySQLError); errors.As(err, &me) {
+	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146) { // denied, no table
 		res, err = q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6)"+where)
 	}
 	if err != nil {
@@ -376,9 +379,25 @@ func (s *store) openTerm(ctx context.Context, q querier, lock string, session ui
 		if err != nil {
 			return 0, 0, p, err
 		}
-		token, err = s.bumpEpoch(ctx, q, lock, session, p.epoch+1)
-		return token, delay, p, err
+		if token, err = s.bumpEpoch(ctx, q, lock, session, p.epoch+1); err != nil {
+			s.unclaim(ctx, q, lock, session, p.epoch+1)
+			if errors.Is(err, errRaced) {
+				err = ErrHeld
+			}
+			return 0, 0, p, err
+		}
+		return token, delay, p, nil
 	}
+}
+
+// unclaim gives up a claim whose term did not start (its bump failed), so
+// that the next candidate need not wait for it to go stale; nothing was
+// handed out under it. Best effort: the session may be gone.
+func (s *store) unclaim(ctx context.Context, q querier, lock string, session, claimed uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
+	defer cancel()
+	q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
+		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ?", stateLost, lock, claimed, session, stateLeading))
 }
 
 // predecessor reads the last term from the record.
@@ -467,8 +486,8 @@ func (s *store) claim(ctx context.Context, q querier, lock string, session uint6
 			"ended_at = NULL, demote_epoch = NULL, demote_at = NULL, handover_to = NULL, handover_until = NULL "+
 			"WHERE lock_name = ? AND epoch = ? AND NOT (state = ? AND "+ageMicros("renewed_at")+" <= lease_us AND ("+
 			"strategy = ? AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) OR "+
-			"strategy = ? AND IS_USED_LOCK(lock_name) <=> conn_id)) AND NOT (",
-			append(values, lock, p.epoch, stateLeading, LeaseRow.String(), GetLock.String())...)+s.handingOver("r")+")")
+			"strategy = ? AND IS_USED_LOCK(lock_name) <=> conn_id AND conn_id <> ?)) AND NOT (",
+			append(values, lock, p.epoch, stateLeading, LeaseRow.String(), GetLock.String(), session)...)+s.handingOver("r")+")")
 	}
 	if err != nil {
 		return fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
@@ -481,22 +500,33 @@ func (s *store) claim(ctx context.Context, q querier, lock string, session uint6
 
 // bumpEpoch raises the election's epoch to at least claimed (the epoch the
 // record was claimed with) and by one, and returns it: the new term's
-// token. LAST_INSERT_ID(expr) hands it back in the OK packet, with no
-// second round trip to read it; a first insert reports 0: claimed. Should
-// the epoch have been ahead of the record, the record follows it.
+// token. It bumps only while the record still holds this claim, in the same
+// statement: a claimant that was superseded while paused between claim and
+// bump must not push the epoch past the live term's token. LAST_INSERT_ID
+// hands the new epoch back in the OK packet, with no second round trip; a
+// first insert reports 0: claimed. Should the epoch have been ahead of the
+// record, the record follows it.
 func (s *store) bumpEpoch(ctx context.Context, q querier, lock string, session, claimed uint64) (uint64, error) {
-	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) VALUES (?, ?) "+
-		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(epoch + 1, VALUES(epoch)))", lock, claimed))
+	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) "+
+		"SELECT r.lock_name, r.epoch FROM `"+s.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.tbl.epoch+"`.epoch + 1, VALUES(epoch)))", lock, claimed, session))
 	if err != nil {
 		return 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(s.tbl, err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("election: bumping the epoch: %w", err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, fmt.Errorf("election: bumping the epoch: %w", err)
 	}
 	token := uint64(id)
-	if token == 0 {
-		token = claimed
+	switch n {
+	case 0:
+		return 0, errRaced // the claim is gone
+	case 1:
+		token = claimed // a first insert
 	}
 	if token != claimed {
 		res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, lock, claimed, session))
@@ -519,8 +549,14 @@ func (s *store) bumpEpoch(ctx context.Context, q querier, lock string, session, 
 // idempotent, so a late writer changes nothing that is already there.
 func (s *store) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
 	if p.exists {
-		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
-			"VALUES (?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'))", lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS)); err != nil {
+		// Ended as the record said, if it had recorded its end there.
+		var reason any
+		if p.state.String != stateLeading {
+			reason = p.state.String
+		}
+		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
+			"VALUES (?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), IF(? IS NULL, NULL, UTC_TIMESTAMP(6)), ?)",
+			lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS, reason, reason)); err != nil {
 			return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 		}
 	}

@@ -16,6 +16,15 @@ import (
 type leaseRow struct {
 	st  *store
 	log *slog.Logger
+	id  uint64 // stands in the record where GetLock puts the connection id
+}
+
+// newLeaseRow draws the candidate's id once: a claim left behind by a
+// failed start is then still recognised as its own.
+func newLeaseRow(st *store, log *slog.Logger) *leaseRow {
+	var b [8]byte
+	rand.Read(b[:])
+	return &leaseRow{st: st, log: log, id: binary.BigEndian.Uint64(b[:]) >> 1}
 }
 
 // leaseHold is a candidate of the LeaseRow strategy. It pins no session:
@@ -38,9 +47,7 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 	if err != nil {
 		return won{}, err
 	}
-	var b [8]byte
-	rand.Read(b[:])
-	h := &leaseHold{st: l.st, log: l.log, lock: lock, id: binary.BigEndian.Uint64(b[:]) >> 1, row: presence{st: l.st, lock: lock}}
+	h := &leaseHold{st: l.st, log: l.log, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
 	// As for a pinned session, whose lock waits end after 2W: a try stuck
 	// in a network partition gives up, so that the candidate soon tries
 	// again, yet one blocked behind the epoch row of a leader stopped inside

@@ -193,7 +193,8 @@ func (t *Term) keep(parent context.Context) {
 // failure is logged: the history serves operators, and the successor's
 // start writes a row that is missing.
 func (t *Term) writeHistory() {
-	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
+	// Bounded by an interval, so that the first keepalive is not late.
+	ctx, cancel := context.WithTimeout(context.Background(), min(t.st.cfg.Interval, time.Until(t.deadline())))
 	defer cancel()
 	if err := t.history(ctx); err != nil {
 		t.log.Warn("could not write the term's history", "err", err)

@@ -120,6 +120,10 @@ type steady struct {
 	QueriesPerSec  float64 `json:"queries_per_s"`
 	ConnsPerCand   float64 `json:"connections_per_candidate"`
 	QueriesPerCand float64 `json:"queries_per_s_per_candidate"`
+	// RoundTripsPerSec adds the prepares to the statements: with the
+	// driver's default DSN a statement with arguments is a PREPARE and an
+	// EXECUTE, and Questions counts only the EXECUTE.
+	RoundTripsPerSec float64 `json:"round_trips_per_s"`
 }
 
 // measureSteady counts the statements and connections of an idle election
@@ -136,13 +140,13 @@ func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
 	a.signalAll(sigQuiet)
 	defer a.signalAll(sigResume)
 	time.Sleep(a.tm.WriteEvery + time.Second) // writes in flight end
-	before, err := questions(ctx, a.admin)
+	before, beforePrep, err := counts(ctx, a.admin)
 	if err != nil {
 		return steady{}, err
 	}
 	t0 := time.Now()
 	time.Sleep(5 * time.Second)
-	after, err := questions(ctx, a.admin)
+	after, afterPrep, err := counts(ctx, a.admin)
 	if err != nil {
 		return steady{}, err
 	}
@@ -152,13 +156,29 @@ func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
 		return steady{}, err
 	}
 	q := (after - before - 1) / elapsed // 1: the first SHOW STATUS
-	return steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n), ConnsPerCand: conns / float64(n)}, nil
+	rt := q + (afterPrep-beforePrep)/elapsed
+	return steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n), ConnsPerCand: conns / float64(n), RoundTripsPerSec: rt}, nil
 }
 
-// questions is the server's count of statements so far.
-func questions(ctx context.Context, db *sql.DB) (float64, error) {
-	var name string
-	var v float64
-	err := db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &v)
-	return v, err
+// counts are the server's counts of statements (Questions) and of prepares
+// (Com_stmt_prepare) so far.
+func counts(ctx context.Context, db *sql.DB) (questions, prepares float64, err error) {
+	rows, err := db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var v float64
+		if err := rows.Scan(&name, &v); err != nil {
+			return 0, 0, err
+		}
+		if name == "Questions" {
+			questions = v
+		} else {
+			prepares = v
+		}
+	}
+	return questions, prepares, rows.Err()
 }

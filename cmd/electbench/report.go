@@ -113,9 +113,9 @@ func printTable(w io.Writer, sums []summary, verdicts []verdict, costs []steady)
 	tw.Flush()
 	if len(costs) > 0 {
 		fmt.Fprintln(w)
-		tw = newTable(w, "CONTENDER\tCANDIDATES\tQUERIES/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE")
+		tw = newTable(w, "CONTENDER\tCANDIDATES\tQUERIES/S\tROUND TRIPS/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE")
 		for _, c := range costs {
-			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.2f\t%.2f\n", c.Contender, c.Candidates, c.QueriesPerSec, c.QueriesPerCand, c.ConnsPerCand)
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\n", c.Contender, c.Candidates, c.QueriesPerSec, c.RoundTripsPerSec, c.QueriesPerCand, c.ConnsPerCand)
 		}
 		tw.Flush()
 	}
