@@ -58,7 +58,9 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 				p     predecessor
 			)
 			if delay, p, err = s.startTerm(ctx); err == nil {
-				history := func(ctx context.Context) error { return g.st.writeHistory(ctx, s.conn, s.lock, s.token, p) }
+				// Through the pool: a history write cut off by its deadline
+				// must not take the pinned session (and the lock) with it.
+				history := func(ctx context.Context) error { return g.st.writeHistory(ctx, g.st.db, s.lock, s.token, p) }
 				return won{h: s, token: s.token, sent: sent, delay: delay, history: history}, nil
 			}
 			if errors.Is(err, errYield) {

@@ -543,10 +543,11 @@ func (s *store) bumpEpoch(ctx context.Context, q querier, lock string, session, 
 // writeHistory records the term token in the history, after it has begun:
 // the row of its predecessor p if that one died before writing it, the end
 // of every earlier term that did not record its own (as lost; their
-// leaders may still tell the real reason later), and its own row, copied
-// from the record unless a later term has replaced it (whose start then
-// writes this row from its own read of the record). Every statement is
-// idempotent, so a late writer changes nothing that is already there.
+// leaders may still tell the real reason later), and its own row, unless a
+// later term has written it already from its own read of the record. It
+// reads no record row, so it takes no lock a keepalive could wait for.
+// Every statement is idempotent, so a late writer changes nothing that is
+// already there.
 func (s *store) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
@@ -564,8 +565,9 @@ func (s *store) writeHistory(ctx context.Context, q querier, lock string, token 
 		"WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL", stateLost, lock, token)); err != nil {
 		return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
 	}
+	host, _ := os.Hostname()
 	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
-		"SELECT lock_name, epoch, holder, host, pid, since FROM `"+s.tbl.record+"` WHERE lock_name = ? AND epoch = ?", lock, token)); err != nil {
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, s.cfg.Identity, host, os.Getpid())); err != nil {
 		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 	}
 	if limit := uint64(s.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
