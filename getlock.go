@@ -60,7 +60,7 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 			if delay, p, err = s.startTerm(ctx); err == nil {
 				// Through the pool: a history write cut off by its deadline
 				// must not take the pinned session (and the lock) with it.
-				history := func(ctx context.Context) error { return g.st.writeHistory(ctx, g.st.db, s.lock, s.token, p) }
+				history := func(ctx context.Context) error { return opener{g.st}.writeHistory(ctx, g.st.db, s.lock, s.token, p) }
 				return won{h: s, token: s.token, sent: sent, delay: delay, history: history}, nil
 			}
 			if errors.Is(err, errYield) {
@@ -169,7 +169,7 @@ func (s *pinned) contend(ctx context.Context) error {
 // startTerm opens the term in one transaction on the pinned session; see
 // openTerm. GET_LOCK is held, so the election is always free to take.
 func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
-	token, delay, p, err := s.g.st.openTerm(ctx, s.conn, s.lock, s.id)
+	token, delay, p, err := opener{s.g.st}.openTerm(ctx, s.conn, s.lock, s.id)
 	if err != nil {
 		return 0, p, err
 	}

@@ -75,7 +75,7 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 		})
 		switch {
 		case err == nil:
-			history := func(ctx context.Context) error { return l.st.writeHistory(ctx, l.st.db, h.lock, h.token, p) }
+			history := func(ctx context.Context) error { return opener{l.st}.writeHistory(ctx, l.st.db, h.lock, h.token, p) }
 			return won{h: h, token: h.token, sent: sent, delay: delay, history: history}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
@@ -99,7 +99,7 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 // While the lease is held that is one plain read (openTerm's first
 // statement): waiters take no row locks.
 func (h *leaseHold) take(ctx context.Context) (time.Duration, predecessor, error) {
-	token, delay, p, err := h.st.openTerm(ctx, h.st.db, h.lock, h.id)
+	token, delay, p, err := opener{h.st}.openTerm(ctx, h.st.db, h.lock, h.id)
 	if err != nil {
 		return 0, p, err
 	}

@@ -1,0 +1,259 @@
+package election
+
+// The term start: a read of the record, the claim of it and the epoch bump,
+// three statements after the candidate has won; and the history, which the
+// term writes once it has begun. See docs/protocol.md, "Campaign".
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// opener starts terms on one election's rows.
+type opener struct{ *store }
+
+// predecessor is the last term as a new one finds it.
+type predecessor struct {
+	exists                          bool
+	epoch                           uint64
+	holder, host                    string
+	pid                             int
+	sinceUS                         int64
+	strategy, state                 sql.NullString
+	session, owner, leaseLeftUS     sql.NullInt64
+	stale, forced, overdue, handing sql.NullBool
+}
+
+// errRaced: the record changed between the read and the claim of a term
+// start; the start is tried again.
+var errRaced = errors.New("election: the record changed while the term started")
+
+// openTerm starts a term through q, for the candidate whose session
+// (GetLock: its connection id; LeaseRow: a random id) is given, in three
+// statements: a read of the record, which decides (succeed) whether the
+// term may start and after what lock-delay; the claim of the record, a
+// compare-and-set on that read; and the epoch bump, whose new value is the
+// token. The history is written afterwards (writeHistory), off the path to
+// the caller. A claim that loses a race is tried again once.
+func (s opener) openTerm(ctx context.Context, q querier, lock string, session uint64) (token uint64, delay time.Duration, p predecessor, err error) {
+	for try := 0; ; try++ {
+		if p, err = s.predecessor(ctx, q, lock); err != nil {
+			return 0, 0, p, err
+		}
+		if delay, err = s.succeed(p); err != nil {
+			return 0, 0, p, err
+		}
+		err = s.claim(ctx, q, lock, session, p)
+		if errors.Is(err, errRaced) && try == 0 {
+			continue
+		}
+		if errors.Is(err, errRaced) {
+			err = ErrHeld
+		}
+		if err != nil {
+			return 0, 0, p, err
+		}
+		if token, err = s.bumpEpoch(ctx, q, lock, session, p.epoch+1); err != nil {
+			s.unclaim(ctx, q, lock, session, p.epoch+1)
+			if errors.Is(err, errRaced) {
+				err = ErrHeld
+			}
+			return 0, 0, p, err
+		}
+		return token, delay, p, nil
+	}
+}
+
+// unclaim gives up a claim whose term did not start (its bump failed), so
+// that the next candidate need not wait for it to go stale; nothing was
+// handed out under it. Best effort: the session may be gone.
+func (s opener) unclaim(ctx context.Context, q querier, lock string, session, claimed uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
+	defer cancel()
+	q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
+		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ?", stateLost, lock, claimed, session, stateLeading))
+}
+
+// predecessor reads the last term from the record.
+func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
+	var p predecessor
+	err := q.QueryRowContext(ctx, text("SELECT epoch, holder, host, pid, "+utcMicros("since")+", strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
+		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
+		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
+		s.handingOver("r")+" FROM `"+s.tbl.record+"` r WHERE lock_name = ?", lock)).
+		Scan(&p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.strategy, &p.state, &p.session, &p.owner,
+			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return p, nil
+	case err != nil:
+		return p, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
+	}
+	p.exists = true
+	return p, nil
+}
+
+// handingOver is true, on the record as r, while a hand-over to another
+// live candidate than this one is pending.
+func (s opener) handingOver(r string) string {
+	return text(r+".handover_to IS NOT NULL AND "+r+".handover_to <> ? AND "+r+".handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
+		"SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = "+r+".lock_name AND c.identity = "+r+".handover_to "+
+		"AND "+ageMicros("c.seen_at")+" <= c.expiry_us)", s.cfg.Identity)
+}
+
+// succeed decides whether a new term may follow p, and after what
+// lock-delay:
+//   - it refuses (ErrStrategy) while a term of the other strategy still acts;
+//   - under LeaseRow, it returns ErrHeld unless the last term has ended, gone
+//     stale (no renewal for its lease plus margin, database clock), or
+//     ignored a demotion for as long;
+//   - it returns errYield while a hand-over to another live candidate is
+//     pending;
+//   - when the last term was asked to step down (or was killed as stuck)
+//     and did not end gracefully, the new term must not act before that
+//     leader's lease has certainly expired: the lock-delay.
+func (s opener) succeed(p predecessor) (time.Duration, error) {
+	// Does the last term still act, by its own strategy's rules?
+	acting := p.state.String == stateLeading && !p.stale.Bool &&
+		(p.strategy.String == LeaseRow.String() || p.owner.Valid && p.owner.Int64 == p.session.Int64)
+	switch {
+	case acting && p.strategy.String != s.cfg.Strategy.String():
+		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.name, p.strategy.String)
+	case acting && s.cfg.Strategy == LeaseRow && !p.overdue.Bool:
+		return 0, ErrHeld
+	case p.handing.Bool:
+		return 0, errYield
+	}
+	var graceful, killed bool
+	switch p.state.String {
+	case stateResigned, stateDemoted, stateHandedOver:
+		graceful = true
+	case stateHangKilled, stateDemoteKilled:
+		killed = true
+	}
+	if (killed || p.forced.Bool) && !graceful && p.leaseLeftUS.Int64 > 0 {
+		return time.Duration(p.leaseLeftUS.Int64) * time.Microsecond, nil
+	}
+	return 0, nil
+}
+
+// claim writes the new term's record (epoch p.epoch+1, requests cleared),
+// only if the record is still as read: same epoch, the last term does not
+// act (a lease renewed since the read, a GetLock holder alive) and no
+// hand-over became pending. Otherwise it returns errRaced.
+func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor) error {
+	host, _ := os.Hostname()
+	values := []any{s.name, s.cfg.Strategy.String(), p.epoch + 1, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
+	var err error
+	var res sql.Result
+	if !p.exists {
+		res, err = q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
+			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at) "+
+			"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", append([]any{lock, values[0], values[1], stateLeading}, values[2:]...)...))
+		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
+			return errRaced
+		}
+	} else {
+		res, err = q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r SET name = ?, strategy = ?, epoch = ?, state = "+literal(stateLeading)+", "+
+			"holder = ?, host = ?, pid = ?, conn_id = ?, lease_us = ?, since = UTC_TIMESTAMP(6), renewed_at = UTC_TIMESTAMP(6), "+
+			"ended_at = NULL, demote_epoch = NULL, demote_at = NULL, handover_to = NULL, handover_until = NULL "+
+			"WHERE lock_name = ? AND epoch = ? AND NOT (state = ? AND "+ageMicros("renewed_at")+" <= lease_us AND ("+
+			"strategy = ? AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) OR "+
+			"strategy = ? AND IS_USED_LOCK(lock_name) <=> conn_id AND conn_id <> ?)) AND NOT (",
+			append(values, lock, p.epoch, stateLeading, LeaseRow.String(), GetLock.String(), session)...)+s.handingOver("r")+")")
+	}
+	if err != nil {
+		return fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return errRaced
+	}
+	return nil
+}
+
+// bumpEpoch raises the election's epoch to at least claimed (the epoch the
+// record was claimed with) and by one, and returns it: the new term's
+// token. It bumps only while the record still holds this claim, in the same
+// statement: a claimant that was superseded while paused between claim and
+// bump must not push the epoch past the live term's token. LAST_INSERT_ID
+// hands the new epoch back in the OK packet, with no second round trip; a
+// first insert reports 0: claimed. Should the epoch have been ahead of the
+// record, the record follows it.
+func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, claimed uint64) (uint64, error) {
+	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) "+
+		"SELECT r.lock_name, r.epoch FROM `"+s.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.tbl.epoch+"`.epoch + 1, VALUES(epoch)))", lock, claimed, session))
+	if err != nil {
+		return 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(s.tbl, err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("election: bumping the epoch: %w", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("election: bumping the epoch: %w", err)
+	}
+	token := uint64(id)
+	switch n {
+	case 0:
+		return 0, errRaced // the claim is gone
+	case 1:
+		token = claimed // a first insert
+	}
+	if token != claimed {
+		res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, lock, claimed, session))
+		if err != nil {
+			return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return 0, errRaced
+		}
+	}
+	return token, nil
+}
+
+// writeHistory records the term token in the history, after it has begun:
+// the row of its predecessor p if that one died before writing it, the end
+// of every earlier term that did not record its own (as lost; their
+// leaders may still tell the real reason later), and its own row, unless a
+// later term has written it already from its own read of the record. It
+// reads no record row, so it takes no lock a keepalive could wait for.
+// Every statement is idempotent, so a late writer changes nothing that is
+// already there.
+func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
+	if p.exists {
+		// Ended as the record said, if it had recorded its end there.
+		var reason any
+		if p.state.String != stateLeading {
+			reason = p.state.String
+		}
+		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
+			"VALUES (?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), IF(? IS NULL, NULL, UTC_TIMESTAMP(6)), ?)",
+			lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS, reason, reason)); err != nil {
+			return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
+		}
+	}
+	if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
+		"WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL", stateLost, lock, token)); err != nil {
+		return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
+	}
+	host, _ := os.Hostname()
+	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, s.cfg.Identity, host, os.Getpid())); err != nil {
+		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
+	}
+	if limit := uint64(s.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
+		if _, err := q.ExecContext(ctx, text("DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit)); err != nil {
+			return fmt.Errorf("election: pruning the history: %w", schemaError(s.tbl, err))
+		}
+	}
+	return nil
+}
