@@ -2,8 +2,9 @@ package election
 
 // The keepalive row beside the lock: the record of who leads, the term
 // history and the candidates' heartbeat rows, which both strategies write
-// and operators read. The term-opening transaction (openTerm) lives here
-// because it is where the record, the epoch and the history change together.
+// and operators read: the store of one election's rows, the leader's
+// keepalive, and the kill of an overdue holder. The term start is in
+// start.go.
 
 import (
 	"context"
@@ -261,36 +262,46 @@ func (s *store) record(ctx context.Context, q querier, lock string) (Record, err
 }
 
 func readRecords(ctx context.Context, q querier, t tables, where string, args ...any) ([]Record, error) {
-	rows, err := q.QueryContext(ctx, text("SELECT name, strategy, state, epoch, holder, host, pid, conn_id, "+
+	return collect(ctx, q, t, "record", text("SELECT name, strategy, state, epoch, holder, host, pid, conn_id, "+
 		utcMicros("since")+", "+utcMicros("renewed_at")+", "+utcMicros("ended_at")+", "+
 		ageMicros("renewed_at")+", lease_us, IS_USED_LOCK(lock_name), "+
 		"IF(demote_epoch <=> epoch, "+ageMicros("demote_at")+", NULL), handover_to "+
-		"FROM `"+t.record+"` "+where+" ORDER BY name", args...))
-	if err != nil {
-		return nil, fmt.Errorf("election: reading the record: %w", schemaError(t, err))
-	}
-	defer rows.Close()
-	var rs []Record
-	for rows.Next() {
+		"FROM `"+t.record+"` "+where+" ORDER BY name", args...), func(rows *sql.Rows) (Record, error) {
 		var (
 			r                                   Record
 			since, renewed, ended, ago, demoted sql.NullInt64
 			leased, owner                       sql.NullInt64
 			handTo                              sql.NullString
 		)
-		if err := rows.Scan(&r.Name, &r.Strategy, &r.State, &r.Token, &r.Identity, &r.Host, &r.PID, &r.ConnID,
-			&since, &renewed, &ended, &ago, &leased, &owner, &demoted, &handTo); err != nil {
-			return nil, fmt.Errorf("election: reading the record: %w", err)
-		}
+		err := rows.Scan(&r.Name, &r.Strategy, &r.State, &r.Token, &r.Identity, &r.Host, &r.PID, &r.ConnID,
+			&since, &renewed, &ended, &ago, &leased, &owner, &demoted, &handTo)
 		r.Since, r.Renewed, r.Ended = fromMicros(since), fromMicros(renewed), fromMicros(ended)
 		r.RenewedAgo, r.Expiry, r.DemotedAgo = micros(ago), micros(leased), micros(demoted)
 		r.LockConnID, r.HandoverTo = uint64(owner.Int64), handTo.String
-		rs = append(rs, r)
+		return r, err
+	})
+}
+
+// collect runs query through q and scans each of its rows with scan; what
+// names the rows in errors.
+func collect[T any](ctx context.Context, q querier, t tables, what, query string, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("election: reading the %s: %w", what, schemaError(t, err))
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("election: reading the %s: %w", what, err)
+		}
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("election: reading the record: %w", err)
+		return nil, fmt.Errorf("election: reading the %s: %w", what, err)
 	}
-	return rs, nil
+	return out, nil
 }
 
 // renew is the leader's keepalive: one statement that stamps the record
@@ -355,29 +366,17 @@ type TermRecord struct {
 
 // terms reads history rows of the election that match cond.
 func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]TermRecord, error) {
-	rows, err := s.db.QueryContext(ctx, text("SELECT epoch, holder, host, pid, "+utcMicros("started_at")+", "+utcMicros("ended_at")+
-		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...))
-	if err != nil {
-		return nil, fmt.Errorf("election: reading the history: %w", schemaError(s.tbl, err))
-	}
-	defer rows.Close()
-	var ts []TermRecord
-	for rows.Next() {
+	return collect(ctx, s.db, s.tbl, "history", text("SELECT epoch, holder, host, pid, "+utcMicros("started_at")+", "+utcMicros("ended_at")+
+		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...), func(rows *sql.Rows) (TermRecord, error) {
 		var (
 			t              TermRecord
 			started, ended sql.NullInt64
 			reason         sql.NullString
 		)
-		if err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &started, &ended, &reason); err != nil {
-			return nil, fmt.Errorf("election: reading the history: %w", err)
-		}
+		err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &started, &ended, &reason)
 		t.Started, t.Ended, t.Reason = fromMicros(started), fromMicros(ended), reason.String
-		ts = append(ts, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("election: reading the history: %w", err)
-	}
-	return ts, nil
+		return t, err
+	})
 }
 
 // Candidate is one participant of an election, from its heartbeat row.
@@ -394,29 +393,17 @@ type Candidate struct {
 // candidates reads the election's heartbeat rows; leader marks the one
 // that leads.
 func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]Candidate, error) {
-	rows, err := s.db.QueryContext(ctx, text("SELECT identity, host, pid, "+utcMicros("since")+", "+ageMicros("seen_at")+
-		", "+ageMicros("seen_at")+" <= expiry_us FROM `"+s.tbl.candidate+"` WHERE lock_name = ? ORDER BY identity", lock))
-	if err != nil {
-		return nil, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
-	}
-	defer rows.Close()
-	var cs []Candidate
-	for rows.Next() {
+	return collect(ctx, s.db, s.tbl, "candidates", text("SELECT identity, host, pid, "+utcMicros("since")+", "+ageMicros("seen_at")+
+		", "+ageMicros("seen_at")+" <= expiry_us FROM `"+s.tbl.candidate+"` WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
 		var (
 			c          Candidate
 			since, ago sql.NullInt64
 		)
-		if err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive); err != nil {
-			return nil, fmt.Errorf("election: reading the candidates: %w", err)
-		}
+		err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive)
 		c.Since, c.SeenAgo = fromMicros(since), micros(ago)
 		c.Leader = leader.Leading() && leader.Identity == c.Identity
-		cs = append(cs, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("election: reading the candidates: %w", err)
-	}
-	return cs, nil
+		return c, err
+	})
 }
 
 // isCandidate reports whether identity has sent a heartbeat within its

@@ -32,7 +32,6 @@ func newLeaseRow(st *store, log *slog.Logger) *leaseRow {
 // record where GetLock puts the connection id.
 type leaseHold struct {
 	st    *store
-	log   *slog.Logger
 	lock  string
 	id    uint64
 	token uint64
@@ -40,14 +39,14 @@ type leaseHold struct {
 }
 
 // acquire tries to take the lease every CheckInterval until it gets it or
-// ctx ends. Each try is one statement while the lease is held, and a
-// transaction (openTerm) only when it looks free.
+// ctx ends. Each try is one statement while the lease is held, and the
+// claim and the bump (opener.openTerm) only when it looks free.
 func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 	lock, err := l.st.prepare(ctx, l.log)
 	if err != nil {
 		return won{}, err
 	}
-	h := &leaseHold{st: l.st, log: l.log, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
+	h := &leaseHold{st: l.st, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
 	// As for a pinned session, whose lock waits end after 2W: a try stuck
 	// in a network partition gives up, so that the candidate soon tries
 	// again, yet one blocked behind the epoch row of a leader stopped inside

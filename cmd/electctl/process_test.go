@@ -159,20 +159,7 @@ func TestJSONEscaped(t *testing.T) {
 		host   = "h\u0085ost\u3164"
 		reason = "x\x7f[31m" // the column is ASCII
 	)
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{"UPDATE election_record SET holder = ?, host = ?", []any{evil, host}},
-		{"INSERT INTO election_term (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) " +
-			"SELECT lock_name, 0, ?, ?, 1, started_at, started_at, ? FROM election_term WHERE epoch = 1", []any{evil, host, reason}},
-		{"INSERT INTO election_candidate (lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) " +
-			"SELECT lock_name, ?, strategy, ?, 1, since, seen_at, expiry_us FROM election_candidate WHERE identity = 'a'", []any{evil, host}},
-	} {
-		if _, err := c.db.Exec(q.sql, q.args...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	spoof(t, c.db, evil, host, reason)
 	// decode checks that out holds none of the runes raw, and decodes it
 	// into v: the escapes must give back what was written.
 	decode := func(what, out string, v any) {
@@ -214,21 +201,7 @@ func TestJSONEscaped(t *testing.T) {
 		t.Errorf("candidates --json: no candidate %q of host %q in %q", evil, host, cands)
 	}
 	// watch --json: its first line is the leader.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := electctlCmd(t, ctx, []string{envDSN + "=" + c.dsn}, "--json", "watch", "spoof")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	cmd.Process.Signal(os.Interrupt)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("watch: %v", err)
-	}
+	line := firstWatchLine(t, c.dsn, "--json", "watch", "spoof")
 	var ev map[string]any
 	if decode("watch", line, &ev); ev["leader"] != evil {
 		t.Errorf("watch --json: %q", line)
@@ -247,21 +220,16 @@ func TestControlCharactersEscaped(t *testing.T) {
 		name   = "spoof\x1b]0;pwned\x07"
 		reason = "x\x1b[31m"
 	)
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
-		{"UPDATE election_record SET holder = ?, host = ?, name = ?", []any{evil, host, name}},
-		{"UPDATE election_term SET holder = ?, host = ?", []any{evil, host}},
-		{"INSERT INTO election_term (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) " +
-			"SELECT lock_name, 0, ?, ?, 1, started_at, started_at, ? FROM election_term WHERE epoch = 1", []any{evil, host, reason}},
-		{"INSERT INTO election_candidate (lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) " +
-			"SELECT lock_name, ?, strategy, ?, 1, since, seen_at, expiry_us FROM election_candidate WHERE identity = 'a'", []any{evil, host}},
-	} {
-		if _, err := c.db.Exec(q.sql, q.args...); err != nil {
+	for _, q := range []string{"UPDATE election_record SET name = ?", "UPDATE election_term SET holder = ?, host = ?"} {
+		args := []any{name}
+		if strings.Contains(q, "host") {
+			args = []any{evil, host}
+		}
+		if _, err := c.db.Exec(q, args...); err != nil {
 			t.Fatal(err)
 		}
 	}
+	spoof(t, c.db, evil, host, reason)
 	raw := []string{"\x1b", "\r", "\u202e", "\x07"}
 	assertEscaped := func(what, out, errOut string, want ...string) {
 		t.Helper()
@@ -301,21 +269,7 @@ func TestControlCharactersEscaped(t *testing.T) {
 		t.Errorf("status --json: %d %v\n%s", code, err, out)
 	}
 	// watch's first line is the leader.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := electctlCmd(t, ctx, []string{envDSN + "=" + c.dsn}, "watch", "spoof")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	cmd.Process.Signal(os.Interrupt)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("watch: %v", err)
-	}
+	line := firstWatchLine(t, c.dsn, "watch", "spoof")
 	assertEscaped("watch", line, "", evil)
 	// Messages on stderr echo what the command line held.
 	code, _, errOut := c.run("status", "--\x1b[2Kx")
@@ -533,6 +487,49 @@ func TestIntervalRangeIsTheLibrarys(t *testing.T) {
 	} {
 		if _, err := election.NewOperator(db, "jobs", election.Config{Interval: iv}); (err == nil) != ok {
 			t.Errorf("NewOperator with Interval %v: %v; electctl's --interval range is %s", iv, err, intervalRange())
+		}
+	}
+}
+
+// firstWatchLine runs electctl watch against dsn with args and returns the
+// first line it prints, then interrupts it; it must exit cleanly.
+func firstWatchLine(t *testing.T, dsn string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := electctlCmd(t, ctx, []string{envDSN + "=" + dsn}, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("watch: %v", err)
+	}
+	return line
+}
+
+// spoof writes rows as anyone with INSERT and UPDATE on the tables can: the
+// record's holder and host, a history row and a candidate row of election
+// "spoof" (led by candidate "a") holding the given strings.
+func spoof(t *testing.T, db *sql.DB, holder, host, reason string) {
+	t.Helper()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{"UPDATE election_record SET holder = ?, host = ?", []any{holder, host}},
+		{"INSERT INTO election_term (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) " +
+			"SELECT lock_name, 0, ?, ?, 1, started_at, started_at, ? FROM election_term WHERE epoch = 1", []any{holder, host, reason}},
+		{"INSERT INTO election_candidate (lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) " +
+			"SELECT lock_name, ?, strategy, ?, 1, since, seen_at, expiry_us FROM election_candidate WHERE identity = 'a'", []any{holder, host}},
+	} {
+		if _, err := db.Exec(q.sql, q.args...); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
