@@ -85,9 +85,13 @@ type Config struct {
 	// running slow and the time its code takes to stop after its context is
 	// cancelled.
 	Margin time.Duration
-	// CheckInterval is how long a waiting candidate blocks in GET_LOCK
-	// before it looks again. Default Interval; at most Lease. It must be
-	// below the DSN's readTimeout, if one is set.
+	// CheckInterval is how often the deputy, the one waiting candidate that
+	// watches the leader for the others (GetLock), looks for a leader that
+	// hangs or ignores a demotion, and how often a LeaseRow candidate tries
+	// the lease. Other GetLock waiters send nothing while they wait: they
+	// block in GET_LOCK for up to five minutes at a time, so a DSN
+	// readTimeout, if one is set, must be longer. Default Interval; at most
+	// Lease.
 	CheckInterval time.Duration
 	// TablePrefix starts the table names. Default DefaultTablePrefix.
 	TablePrefix string
@@ -161,8 +165,10 @@ func (c Config) waitTimeout() int64 {
 	return int64(math.Ceil((c.Lease + c.Margin).Seconds()))
 }
 
-// heartbeatPeriod is how often a candidate refreshes its row.
-func (c Config) heartbeatPeriod() time.Duration { return max(c.CheckInterval, c.Lease/2) }
+// heartbeatPeriod is how often a LeaseRow candidate refreshes its row: at
+// most once per lease, so that waiting costs almost nothing. (A GetLock
+// candidate's liveness is its candidate lock; it writes its row once.)
+func (c Config) heartbeatPeriod() time.Duration { return c.Lease }
 
 func (c Config) withDefaults() Config {
 	if c.Interval == 0 {

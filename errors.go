@@ -43,6 +43,11 @@ var (
 	// Handover) and it did.
 	ErrDemoted = errors.New("election: demoted")
 
+	// ErrIdentityInUse: another live session campaigns in the election under
+	// this candidate's identity; give every candidate its own
+	// Config.Identity. (Run retries: the other may be this candidate's own
+	// session of a moment ago, cut off and about to be dropped.)
+	ErrIdentityInUse = errors.New("election: identity in use by another candidate")
 	// ErrNotCandidate: a hand-over named a candidate that is not alive.
 	ErrNotCandidate = errors.New("election: not a live candidate")
 	// ErrKillDenied: the server refused to kill a stuck leader's session;

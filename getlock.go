@@ -12,27 +12,45 @@ import (
 )
 
 // getLock is the GetLock strategy: each candidate pins a session of its
-// own and waits in GET_LOCK; the server hands the lock to the next waiter
-// the moment the holder's session ends.
+// own and queues for the election's lock; the server hands the lock to the
+// next waiter the moment the holder's session ends.
+//
+// Waiting is silent: one waiting candidate, the deputy (the holder of the
+// deputy lock), waits for the election's lock C at a time and reads the
+// record in between, to kill a leader that hangs or ignores a demotion;
+// every other candidate blocks on the deputy lock and becomes the deputy
+// when the server grants it. A candidate's liveness is its candidate lock,
+// which its session holds (see candidateLock). See docs/protocol.md,
+// "Campaign".
 type getLock struct {
 	st                 *store
 	log                *slog.Logger
 	kills, killsDenied *atomic.Uint64 // the Elector's Stats
 }
 
+// queueWait bounds one wait of a candidate queued behind the deputy. It only
+// bounds how long a candidate cut off from the server may believe it waits:
+// the deputy's end (crash, wait_timeout, kill, or a win) grants the lock at
+// once to the next in the queue. A DSN readTimeout, if set, must be longer.
+const queueWait = 5 * time.Minute
+
 // pinned is one candidate's own server session. Lock, keepalive and
 // ownership statements run only here: through the pool, database/sql would
 // retry a dropped session's statement on a fresh session that holds nothing.
 type pinned struct {
-	g     *getLock
-	conn  *sql.Conn
-	id    uint64 // CONNECTION_ID()
-	lock  string
-	token uint64
-	row   presence
+	g      *getLock
+	conn   *sql.Conn
+	id     uint64 // CONNECTION_ID()
+	lock   string
+	deputy bool // the session holds the deputy lock
+	token  uint64
+	row    presence
 }
 
-// acquire pins a session, waits in GET_LOCK and opens a term on it.
+// deputyLock is the lock whose holder watches the leader for the waiters.
+func deputyLock(lock string) string { return lock + "/deputy" }
+
+// acquire pins a session, waits for the lock and opens a term on it.
 func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 	lock, err := g.st.prepare(ctx, g.log)
 	if err != nil {
@@ -43,7 +61,7 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 		return won{}, err
 	}
 	for {
-		got, err := s.getLock(ctx, try)
+		got, err := s.wait(ctx, try)
 		switch {
 		case err == nil && !got && try:
 			err = ErrHeld
@@ -58,10 +76,7 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 				p     predecessor
 			)
 			if delay, p, err = s.startTerm(ctx); err == nil {
-				// Through the pool: a history write cut off by its deadline
-				// must not take the pinned session (and the lock) with it.
-				history := func(ctx context.Context) error { return opener{g.st}.writeHistory(ctx, g.st.db, s.lock, s.token, p) }
-				return won{h: s, token: s.token, sent: sent, delay: delay, history: history}, nil
+				return won{h: s, token: s.token, sent: sent, delay: delay, begun: s.begun(p)}, nil
 			}
 			if errors.Is(err, errYield) {
 				if try {
@@ -76,12 +91,13 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 	}
 }
 
-// pin takes a session from the pool for good and sets it up. Every
-// candidate's session, not only the leader's, gets the short wait_timeout:
-// a waiter cut off from the server is still granted the lock when its turn
-// comes, and only wait_timeout frees it. Lock waits are bounded at 2W, so
-// that a session stuck behind a row or metadata lock frees itself even
-// where hang detection may not kill it.
+// pin takes a session from the pool for good and sets it up: the session's
+// timeouts, its id, and the candidate lock, which it holds until it ends.
+// Every candidate's session, not only the leader's, gets the short
+// wait_timeout: a waiter cut off from the server is still granted a lock
+// when its turn comes, and only wait_timeout frees it. Lock waits are
+// bounded at 2W, so that a session stuck behind a row or metadata lock
+// frees itself even where hang detection may not kill it.
 func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	// A connection whose handshake went into a network partition hangs
 	// until the server's connect_timeout; a candidate stuck there cannot
@@ -100,9 +116,18 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 		s.close()
 		return nil, fmt.Errorf("election: setting up the session: %w", err)
 	}
-	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&s.id); err != nil {
+	// The candidate lock of this identity may still be held for a moment
+	// by this candidate's last session, which is closing (or, cut off, is
+	// dropped within W): wait for it within the lease.
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), cfg.Lease.Seconds())).Scan(&s.id, &got); err != nil {
 		s.close()
 		return nil, fmt.Errorf("election: setting up the session: %w", err)
+	}
+	if got.Int64 != 1 {
+		s.close()
+		return nil, fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
+			ErrIdentityInUse, literal(candidateLock(lock, cfg.Identity)), cfg.Identity, g.st.name)
 	}
 	if err := s.row.join(ctx, conn); err != nil {
 		s.close()
@@ -111,21 +136,36 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	return s, nil
 }
 
-// getLock waits up to CheckInterval (not at all with try) for the lock.
-// GET_LOCK returns 1 when acquired, 0 on timeout, NULL on error (a killed
-// query).
-func (s *pinned) getLock(ctx context.Context, try bool) (bool, error) {
-	wait := s.g.st.cfg.CheckInterval.Seconds()
-	if try {
-		wait = 0
-	}
-	var got sql.NullInt64
-	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", s.lock, wait)).Scan(&got)
+// wait waits for the election's lock and reports whether it is held: with
+// try, not at all; as the deputy, up to C; otherwise it queues for the
+// deputy lock, up to queueWait, and reports false, as the deputy, once
+// granted it (the deputy looks at the record first).
+func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 	switch {
+	case try:
+		return s.getLock(ctx, s.lock, 0)
+	case s.deputy:
+		return s.getLock(ctx, s.lock, s.g.st.cfg.CheckInterval)
+	}
+	got, err := s.getLock(ctx, deputyLock(s.lock), queueWait)
+	s.deputy = got
+	return false, err
+}
+
+// getLock runs GET_LOCK(name, wait) on the session. GET_LOCK returns 1
+// when acquired, 0 on timeout, NULL on error (a killed query).
+func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (bool, error) {
+	var got sql.NullInt64
+	began := time.Now()
+	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", name, wait.Seconds())).Scan(&got)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false, ctx.Err()
+	case err != nil && wait > time.Second && time.Since(began) >= time.Second:
+		// The driver ends a read after the DSN's readTimeout as it ends a
+		// lost connection: say what the wait was.
+		return false, fmt.Errorf("%w: waiting %v for the lock (a DSN readTimeout must exceed this wait): %w", ErrSessionLost, wait, err)
 	case err != nil:
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
 		return false, fmt.Errorf("%w: waiting for the lock: %w", ErrSessionLost, err)
 	case !got.Valid:
 		return false, fmt.Errorf("%w: GET_LOCK returned NULL (was the session killed?)", ErrSessionLost)
@@ -133,13 +173,13 @@ func (s *pinned) getLock(ctx context.Context, try bool) (bool, error) {
 	return got.Int64 == 1, nil
 }
 
-// contend runs between two GET_LOCK waits: it keeps this candidate's row
-// fresh and kills a holder that is stuck, or that ignored a demotion.
+// contend runs between two waits of the deputy: it kills a holder that is
+// stuck, or that ignored a demotion. Other waiters send nothing.
 func (s *pinned) contend(ctx context.Context) error {
-	st := s.g.st
-	if err := s.row.beatIfDue(ctx, s.conn); err != nil {
-		return err
+	if !s.deputy {
+		return nil
 	}
+	st := s.g.st
 	rec, err := st.record(ctx, s.conn, s.lock)
 	if errors.Is(err, ErrNoLeader) {
 		return nil
@@ -177,18 +217,37 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, err
 	return delay, p, nil
 }
 
-// yield gives the lock back without starting a term, and waits one check
-// interval so that the hand-over target, not this candidate, wins it next.
+// yield gives the lock and the deputy's place back without starting a
+// term, and waits one check interval before it queues again, so that the
+// hand-over target, queued behind it, becomes the deputy and wins next.
 func (s *pinned) yield(ctx context.Context) error {
-	if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", s.lock)); err != nil {
+	if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?), RELEASE_LOCK(?)", s.lock, deputyLock(s.lock))); err != nil {
 		return fmt.Errorf("%w: yielding: %w", ErrSessionLost, err)
 	}
+	s.deputy = false
 	s.g.log.Info("yielded the lock to a pending hand-over")
 	select {
 	case <-time.After(s.g.st.cfg.CheckInterval):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// begun is what the term does once it has begun, before its first
+// keepalive: it hands the deputy's place to the next waiter (no waiter
+// watches the leader until then), and writes the term's history. The
+// history goes through the pool: a write cut off by its deadline must not
+// take the pinned session (and the lock) with it.
+func (s *pinned) begun(p predecessor) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if s.deputy {
+			if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", deputyLock(s.lock))); err != nil {
+				return fmt.Errorf("election: leaving the deputy's place: %w", err)
+			}
+			s.deputy = false
+		}
+		return opener{s.g.st}.writeHistory(ctx, s.g.st.db, s.lock, s.token, p)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,4 +312,133 @@ func parseDBTime(t *testing.T, s string) time.Time {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// Waiting candidates send the server nothing, except the deputy, which
+// watches the leader for them; when the deputy's session dies, the next
+// waiter takes its place at once and still kills a leader that hangs, and
+// the dead one is listed as dead at once.
+func TestSilentWaitersAndTheDeputy(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	dbName := dbNameOf(t, db)
+	admin := server.Open(t, "")
+	ops := newOperator(t, db, "silent")
+	tl := await(t, campaign(ctx, newElector(t, election.GetLock, db, "silent", "leader")), 10*time.Second).term
+	waiters := map[string]*election.Elector{}
+	results := map[string]<-chan result{}
+	for _, id := range []string{"w1", "w2", "w3", "w4"} {
+		waiters[id] = newElector(t, election.GetLock, server.Open(t, dbName), "silent", id)
+		results[id] = campaign(ctx, waiters[id])
+	}
+	waitFor(t, "every waiter to join", 20*time.Second, func() bool { return len(liveCandidates(t, ops)) == 5 })
+
+	// Three waiters queue behind the deputy; over 20 check intervals none
+	// of them sends a statement (the server's query id of each stays).
+	queued := func() map[int64]int64 {
+		rows, err := admin.QueryContext(ctx, "SELECT ID, QUERY_ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT GET_LOCK(%/deputy%'", dbName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[int64]int64{}
+		for rows.Next() {
+			var id, q int64
+			if err := rows.Scan(&id, &q); err != nil {
+				t.Fatal(err)
+			}
+			m[id] = q
+		}
+		return m
+	}
+	var before map[int64]int64
+	waitFor(t, "three waiters to queue behind the deputy", 20*time.Second, func() bool { before = queued(); return len(before) == 3 })
+	time.Sleep(20 * fast.CheckInterval)
+	if after := queued(); !maps.Equal(before, after) {
+		t.Fatalf("queued waiters sent statements: sessions and query ids %v, then %v", before, after)
+	}
+
+	// The deputy is the one waiter not queued; kill its session.
+	var deputy int64
+	waitFor(t, "the deputy to wait for the election's lock", 20*time.Second, func() bool {
+		err := admin.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT GET_LOCK(%' "+
+			"AND INFO NOT LIKE '%/deputy%' AND INFO NOT LIKE '%election-candidate/%'", dbName).Scan(&deputy)
+		return err == nil
+	})
+	if _, err := admin.ExecContext(ctx, "KILL CONNECTION ?", deputy); err != nil {
+		t.Fatal(err)
+	}
+	var gone string
+	for id, ch := range results {
+		select {
+		case r := <-ch:
+			if !errors.Is(r.err, election.ErrSessionLost) {
+				t.Fatalf("the deputy's campaign ended with %v, want ErrSessionLost", r.err)
+			}
+			gone = id
+		case <-time.After(100 * time.Millisecond):
+		}
+		if gone != "" {
+			delete(results, gone)
+			break
+		}
+	}
+	if gone == "" {
+		t.Fatal("no waiter's campaign ended when the deputy's session was killed")
+	}
+	if live := liveCandidates(t, ops); live[gone] || len(live) != 4 {
+		t.Fatalf("after its session was killed, %s is listed alive (live: %v)", gone, live)
+	}
+
+	// The leader hangs: the new deputy kills it and a waiter leads.
+	release := holdRecordRow(t, db)
+	<-tl.Done()
+	waitFor(t, "a waiter to kill the stuck leader", 20*time.Second, func() bool {
+		var kills uint64
+		for _, e := range waiters {
+			kills += e.Stats().Kills
+		}
+		return kills > 0
+	})
+	if waiters[gone].Stats().Kills != 0 {
+		t.Fatalf("the killed deputy %s killed the leader", gone)
+	}
+	release()
+	got := make(chan result, len(results))
+	for _, ch := range results {
+		go func() { got <- <-ch }()
+	}
+	r := await(t, got, 20*time.Second)
+	assertTokenAfter(t, r.term.Token(), tl.Token())
+	assertHistoryReason(t, ops, tl.Token(), "hang-killed")
+}
+
+// liveCandidates returns the identities the election lists as alive.
+func liveCandidates(t *testing.T, ops *election.Operator) map[string]bool {
+	t.Helper()
+	cs, err := ops.Candidates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	for _, c := range cs {
+		if c.Alive {
+			live[c.Identity] = true
+		}
+	}
+	return live
+}
+
+// Two candidates with one identity: the second is refused, naming the fix,
+// while the first campaigns.
+func TestIdentityInUse(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	await(t, campaign(ctx, newElector(t, election.GetLock, db, "twins", "twin")), 10*time.Second)
+	_, err := newElector(t, election.GetLock, server.Open(t, dbNameOf(t, db)), "twins", "twin").Campaign(ctx)
+	if !errors.Is(err, election.ErrIdentityInUse) || !strings.Contains(err.Error(), "Config.Identity") {
+		t.Fatalf("second candidate with the same identity: %v, want ErrIdentityInUse naming Config.Identity", err)
+	}
 }

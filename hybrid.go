@@ -8,7 +8,9 @@ package election
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -335,17 +337,17 @@ func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	return epoch, nil
 }
 
-// endTerm records why a term ended, in the record (if it still describes
-// that term as leading) and in the history. A "lost" guess made by the next
-// term gives way to the real reason.
+// endTerm records why a term ended, in one statement: in the record, if it
+// still describes that term as leading, and in the history. A "lost" guess
+// made by the next term gives way to the real reason. (The assignments
+// depend on nothing they assign: a multi-table UPDATE may make them in any
+// order.)
 func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, why string) error {
-	if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading)); err != nil {
-		return err
-	}
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = COALESCE(ended_at, UTC_TIMESTAMP(6)), reason = ? "+
-		"WHERE lock_name = ? AND epoch = ? AND (reason IS NULL OR reason = ? OR ? IN (?, ?))",
-		why, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled))
+	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
+		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
+		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
+		"SET r.state = ?, r.ended_at = UTC_TIMESTAMP(6), t.ended_at = COALESCE(t.ended_at, UTC_TIMESTAMP(6)), t.reason = ?",
+		lock, token, stateLeading, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled, why, why))
 	return err
 }
 
@@ -379,22 +381,26 @@ func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]Te
 	})
 }
 
-// Candidate is one participant of an election, from its heartbeat row.
+// Candidate is one participant of an election, from its row.
 type Candidate struct {
 	Identity string
 	Host     string
 	PID      int
-	Since    time.Time     // first heartbeat of this process, database clock
-	SeenAgo  time.Duration // age of its last heartbeat
-	Alive    bool          // its last heartbeat is within its own expiry
-	Leader   bool          // it leads now
+	Since    time.Time // when this process joined, database clock
+	// SeenAgo is how long ago the candidate was last known to campaign: 0
+	// for a live GetLock candidate, whose session's lock shows it at every
+	// read; the age of its last heartbeat for a LeaseRow candidate.
+	SeenAgo time.Duration
+	Alive   bool // it campaigns now
+	Leader  bool // it leads now
 }
 
-// candidates reads the election's heartbeat rows; leader marks the one
+// candidates reads the election's candidate rows; leader marks the one
 // that leads.
 func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]Candidate, error) {
-	return collect(ctx, s.db, s.tbl, "candidates", text("SELECT identity, host, pid, "+utcMicros("since")+", "+ageMicros("seen_at")+
-		", "+ageMicros("seen_at")+" <= expiry_us FROM `"+s.tbl.candidate+"` WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
+	return collect(ctx, s.db, s.tbl, "candidates", text("SELECT identity, host, pid, "+utcMicros("since")+", "+
+		"IF(c.strategy = "+literal(GetLock.String())+" AND "+alive("c")+", 0, "+ageMicros("c.seen_at")+"), "+alive("c")+
+		" FROM `"+s.tbl.candidate+"` c WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
 		var (
 			c          Candidate
 			since, ago sql.NullInt64
@@ -406,34 +412,58 @@ func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]C
 	})
 }
 
-// isCandidate reports whether identity has sent a heartbeat within its
-// expiry.
+// isCandidate reports whether identity campaigns now.
 func (s *store) isCandidate(ctx context.Context, lock, identity string) (bool, error) {
-	var alive bool
-	err := s.db.QueryRowContext(ctx, text("SELECT EXISTS (SELECT 1 FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ? AND "+
-		ageMicros("seen_at")+" <= expiry_us)", lock, identity)).Scan(&alive)
+	var live bool
+	err := s.db.QueryRowContext(ctx, text("SELECT EXISTS (SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND c.identity = ? AND "+
+		alive("c")+")", lock, identity)).Scan(&live)
 	if err != nil {
 		return false, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
 	}
-	return alive, nil
+	return live, nil
 }
 
-// presence is this candidate's heartbeat row, which lists it among the
-// candidates and makes it a valid hand-over target.
+// candidateLock is the lock a GetLock candidate's session holds while it
+// campaigns: its liveness, which IS_USED_LOCK shows to every reader without
+// a statement from the candidate, and which the server frees when the
+// session ends, however it ends. candidateLockSQL names the same lock in
+// SQL, from a candidate row c.
+func candidateLock(lock, identity string) string {
+	sum := sha256.Sum256([]byte(lock + "/" + identity))
+	return candidateLockHead + hex.EncodeToString(sum[:20])
+}
+
+const candidateLockHead = "election-candidate/"
+
+func candidateLockSQL(c string) string {
+	return "CONCAT(" + literal(candidateLockHead) + ", LEFT(SHA2(CONCAT(" + c + ".lock_name, '/', " + c + ".identity), 256), 40))"
+}
+
+// alive is true, on the candidate row c, while that candidate campaigns:
+// under GetLock while a session holds its candidate lock; under LeaseRow
+// while its last heartbeat is younger than its expiry.
+func alive(c string) string {
+	return "IF(" + c + ".strategy = " + literal(GetLock.String()) + ", IS_USED_LOCK(" + candidateLockSQL(c) + ") IS NOT NULL, " +
+		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us)"
+}
+
+// presence is this candidate's row, which lists it among the candidates
+// and makes it a valid hand-over target while it is alive (see alive).
 type presence struct {
 	st   *store
 	lock string
 	seen time.Time // when the row was last written
 }
 
-// join writes this candidate's first heartbeat, refuses to join an election
-// that live candidates of another strategy run, and deletes the rows of
-// candidates dead for ten of their expiry periods.
+// join writes this candidate's row, refuses to join an election that live
+// candidates of another strategy run, and deletes the rows of candidates
+// dead for ten of their expiry periods. A GetLock candidate's session holds
+// its candidate lock before it joins.
 func (p *presence) join(ctx context.Context, q querier) error {
 	st := p.st
 	var other sql.NullString
-	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND strategy <> ? AND "+
-		ageMicros("seen_at")+" <= expiry_us", p.lock, st.cfg.Strategy.String())).Scan(&other)
+	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
+		alive("c"), p.lock, st.cfg.Strategy.String())).Scan(&other)
 	if err != nil {
 		return fmt.Errorf("election: reading the candidates: %w", schemaError(st.tbl, err))
 	}
@@ -443,8 +473,8 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	if err := p.beat(ctx, q); err != nil {
 		return err
 	}
-	if _, err := q.ExecContext(ctx, text("DELETE FROM `"+st.tbl.candidate+"` WHERE lock_name = ? AND "+
-		ageMicros("seen_at")+" > 10 * expiry_us", p.lock)); err != nil {
+	if _, err := q.ExecContext(ctx, text("DELETE c FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND NOT "+alive("c")+" AND "+
+		ageMicros("c.seen_at")+" > 10 * c.expiry_us", p.lock)); err != nil {
 		return fmt.Errorf("election: cleaning up candidates: %w", schemaError(st.tbl, err))
 	}
 	return nil
@@ -468,7 +498,7 @@ func (p *presence) beat(ctx context.Context, q querier) error {
 	return nil
 }
 
-// beatIfDue refreshes this candidate's row once per heartbeat period.
+// beatIfDue refreshes a LeaseRow candidate's row once per heartbeat period.
 func (p *presence) beatIfDue(ctx context.Context, q querier) error {
 	if time.Since(p.seen) < p.st.cfg.heartbeatPeriod() {
 		return nil

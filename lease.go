@@ -74,8 +74,8 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 		})
 		switch {
 		case err == nil:
-			history := func(ctx context.Context) error { return opener{l.st}.writeHistory(ctx, l.st.db, h.lock, h.token, p) }
-			return won{h: h, token: h.token, sent: sent, delay: delay, history: history}, nil
+			begun := func(ctx context.Context) error { return opener{l.st}.writeHistory(ctx, l.st.db, h.lock, h.token, p) }
+			return won{h: h, token: h.token, sent: sent, delay: delay, begun: begun}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
 		case try:

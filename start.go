@@ -105,7 +105,7 @@ func (s opener) predecessor(ctx context.Context, q querier, lock string) (predec
 func (s opener) handingOver(r string) string {
 	return text(r+".handover_to IS NOT NULL AND "+r+".handover_to <> ? AND "+r+".handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
 		"SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = "+r+".lock_name AND c.identity = "+r+".handover_to "+
-		"AND "+ageMicros("c.seen_at")+" <= c.expiry_us)", s.cfg.Identity)
+		"AND "+alive("c")+")", s.cfg.Identity)
 }
 
 // succeed decides whether a new term may follow p, and after what
@@ -227,8 +227,11 @@ func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, 
 // later term has written it already from its own read of the record. It
 // reads no record row, so it takes no lock a keepalive could wait for.
 // Every statement is idempotent, so a late writer changes nothing that is
-// already there.
+// already there. It is bounded by an interval, so that the term's first
+// keepalive is not late.
 func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
 		var reason any

@@ -33,9 +33,9 @@ type won struct {
 	token uint64
 	sent  time.Time     // when the statement that won was sent: the lease counts from there
 	delay time.Duration // the lock-delay owed to a predecessor that was killed
-	// history writes the term's history, once it has begun (the keepalive
-	// loop runs it first).
-	history func(ctx context.Context) error
+	// begun is what the term does once it has begun, off the path to the
+	// caller (the keepalive loop runs it first): it writes the history.
+	begun func(ctx context.Context) error
 }
 
 // Term is one period of leadership: it starts when Campaign returns and ends
@@ -54,7 +54,7 @@ type Term struct {
 	start time.Time // local, when the term began
 	onEnd func()    // called once the hold is gone for sure
 
-	history func(ctx context.Context) error // see won
+	begun func(ctx context.Context) error // see won
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -73,7 +73,7 @@ type Term struct {
 func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, history: w.history,
+		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, begun: w.begun,
 		log: log.With("token", w.token),
 		ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
@@ -172,7 +172,7 @@ func (t *Term) keep(parent context.Context) {
 	defer t.timer.Stop()
 	t.log.Info("term started")
 	t.st.cfg.Observer.termStarted(t.st.name, t.st.cfg.Identity, t.token)
-	t.writeHistory()
+	t.begin()
 	tick := time.NewTicker(t.st.cfg.Interval)
 	defer tick.Stop()
 	for {
@@ -189,15 +189,15 @@ func (t *Term) keep(parent context.Context) {
 	t.finish(parent)
 }
 
-// writeHistory records the term in the history, bounded by the lease. A
+// begin runs the term's begun, bounded by the lease as a keepalive is. A
 // failure is logged: the history serves operators, and the successor's
-// start writes a row that is missing.
-func (t *Term) writeHistory() {
-	// Bounded by an interval, so that the first keepalive is not late.
-	ctx, cancel := context.WithTimeout(context.Background(), min(t.st.cfg.Interval, time.Until(t.deadline())))
+// start writes a row that is missing; a session that failed fails the next
+// keepalive.
+func (t *Term) begin() {
+	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
 	defer cancel()
-	if err := t.history(ctx); err != nil {
-		t.log.Warn("could not write the term's history", "err", err)
+	if err := t.begun(ctx); err != nil {
+		t.log.Warn("could not complete the term's start", "err", err)
 	}
 }
 
