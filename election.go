@@ -284,7 +284,7 @@ func permanent(err error) bool {
 	return false
 }
 
-// leave removes this candidate's heartbeat row once Run stops campaigning,
+// leave removes this candidate's row once Run stops campaigning,
 // so that it is not offered as a hand-over target.
 func (e *Elector) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.st.cfg.Interval)

@@ -138,18 +138,19 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 
 // wait waits for the election's lock and reports whether it is held: with
 // try, not at all; as the deputy, up to C; otherwise it queues for the
-// deputy lock, up to queueWait, and reports false, as the deputy, once
-// granted it (the deputy looks at the record first).
+// deputy lock, up to queueWait, and once granted it waits as the deputy.
 func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
-	switch {
-	case try:
+	if try {
 		return s.getLock(ctx, s.lock, 0)
-	case s.deputy:
-		return s.getLock(ctx, s.lock, s.g.st.cfg.CheckInterval)
 	}
-	got, err := s.getLock(ctx, deputyLock(s.lock), queueWait)
-	s.deputy = got
-	return false, err
+	if !s.deputy {
+		got, err := s.getLock(ctx, deputyLock(s.lock), queueWait)
+		if err != nil || !got {
+			return false, err
+		}
+		s.deputy = true
+	}
+	return s.getLock(ctx, s.lock, s.g.st.cfg.CheckInterval)
 }
 
 // getLock runs GET_LOCK(name, wait) on the session. GET_LOCK returns 1

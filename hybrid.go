@@ -1,7 +1,7 @@
 package election
 
 // The keepalive row beside the lock: the record of who leads, the term
-// history and the candidates' heartbeat rows, which both strategies write
+// history and the candidates' rows, which both strategies write
 // and operators read: the store of one election's rows, the leader's
 // keepalive, and the kill of an overdue holder. The term start is in
 // start.go.
@@ -506,7 +506,7 @@ func (p *presence) beatIfDue(ctx context.Context, q querier) error {
 	return p.beat(ctx, q)
 }
 
-// leave deletes this candidate's heartbeat row, so that it is not offered
+// leave deletes this candidate's row, so that it is not offered
 // as a hand-over target once it has stopped campaigning.
 func (s *store) leave(ctx context.Context) error {
 	lock, err := s.lockName(ctx)

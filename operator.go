@@ -78,7 +78,7 @@ func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error)
 }
 
 // Candidates lists the election's participants, the leader among them, as
-// their heartbeats show them. Rows of dead candidates are listed (Alive
+// their rows and liveness show them. Rows of dead candidates are listed (Alive
 // false) until a campaigning candidate cleans them up.
 func (o *Operator) Candidates(ctx context.Context) ([]Candidate, error) {
 	lock, err := o.st.lockName(ctx)
@@ -137,7 +137,7 @@ func (o *Operator) Handover(ctx context.Context, identity string) (killed bool, 
 		return false, err
 	}
 	if !alive {
-		return false, fmt.Errorf("%w: no candidate %q of election %q has sent a heartbeat lately; list them with Candidates (electctl candidates)", ErrNotCandidate, identity, o.st.name)
+		return false, fmt.Errorf("%w: no candidate %q of election %q is campaigning now; list them with Candidates (electctl candidates)", ErrNotCandidate, identity, o.st.name)
 	}
 	return o.demote(ctx, identity)
 }
