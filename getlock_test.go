@@ -390,6 +390,16 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	if live := liveCandidates(t, ops); live[gone] || len(live) != 4 {
 		t.Fatalf("after its session was killed, %s is listed alive (live: %v)", gone, live)
 	}
+	// A queued waiter that stops campaigning is dead at once, although its
+	// wait would have lasted minutes: the server ends a GET_LOCK wait whose
+	// client has gone.
+	quitter := newElector(t, election.GetLock, server.Open(t, dbName), "silent", "quitter")
+	qctx, quit := context.WithCancel(ctx)
+	quitting := campaign(qctx, quitter)
+	waitFor(t, "the quitter to join", 20*time.Second, func() bool { return liveCandidates(t, ops)["quitter"] })
+	quit()
+	<-quitting
+	waitFor(t, "the quitter to be listed dead", 20*time.Second, func() bool { return !liveCandidates(t, ops)["quitter"] })
 
 	// The leader hangs: the new deputy kills it and a waiter leads.
 	release := holdRecordRow(t, db)
