@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // StaleTokenError reports a write refused because a newer term exists (or
@@ -42,11 +45,18 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // If fn returns an error the transaction is rolled back and the error is
 // returned.
 //
-// The transaction runs on a session of the pool, not on the pinned one, so
-// a long one does not delay keepalives; it does delay the next term's
-// start. Its session has the candidates' wait_timeout (Lease+Margin) while
-// it runs, so that a leader that stops inside it cannot block the election:
-// fn must not leave the transaction idle for that long.
+// The transaction runs on a session the term keeps for its fenced
+// transactions, not on the pinned one, so a long one does not delay
+// keepalives; it does delay the next term's start. That session has the
+// candidates' wait_timeout (Lease+Margin), set once when the term first
+// needs it, so that a leader that stops inside a transaction cannot block
+// the election: fn must not leave the transaction idle for that long. A
+// Fenced that finds it busy runs on a pool session of its own, with the
+// same wait_timeout while it runs. No session goes back to the pool with
+// that wait_timeout: the term closes its own when it ends, or when it has
+// been idle for nearly that long. In a pool bounded by SetMaxOpenConns the
+// term keeps it only while another connection is left for the rest of the
+// program, and otherwise gives it back after each transaction, reset.
 func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
@@ -55,44 +65,242 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	// The transaction holds a shared lock on the epoch row that the next
-	// term must bump. If this leader stops in the middle of it (paused, cut
-	// off), only the server can end it: its session gets the candidates'
-	// short wait_timeout, which it keeps until the transaction is over.
-	conn, err := t.st.db.Conn(ctx)
+	s, tx, err := t.beginTx(ctx)
+	if errors.Is(err, errTermOver) {
+		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
+	}
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: %w", err)
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION wait_timeout = %d", t.st.cfg.waitTimeout())); err != nil {
-		return fmt.Errorf("election: fenced transaction: %w", err)
-	}
+	// Only a COMMIT or ROLLBACK of ours that succeeded proves that the
+	// session is idle: after a cancelled ctx, database/sql may still be
+	// rolling back in the background, and would roll back the next
+	// transaction on it instead.
+	clean := false
 	defer func() {
-		// Back to the pool with the server's default; a session that cannot
-		// be reset is dropped instead.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.st.cfg.Interval)
-		defer cancel()
-		if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
-			conn.Raw(func(any) error { return driver.ErrBadConn })
+		if !clean {
+			tx.Rollback() // fn panicked; a no-op once the transaction has ended
 		}
+		t.kept.put(ctx, s, clean)
 	}()
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("election: fenced transaction: %w", err)
+	err = t.check(ctx, tx, lock)
+	if err == nil {
+		err = fn(tx)
 	}
-	defer tx.Rollback()
-	var current uint64
-	err = tx.QueryRowContext(ctx, text("SELECT epoch FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock)).Scan(&current)
+	if err != nil {
+		clean = tx.Rollback() == nil
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("election: fenced transaction: committing: %w", err)
+	}
+	clean = true
+	return nil
+}
+
+// beginTx starts a transaction on the term's kept session, or, while another
+// fenced transaction has it, on a pool session of its own. A kept session
+// that the server dropped while it was idle (past its wait_timeout, or
+// killed) fails at BEGIN, before anything ran: begin drops it and tries
+// once more, on a fresh session.
+func (t *Term) beginTx(ctx context.Context) (*fencedConn, *sql.Tx, error) {
+	for retry := true; ; retry = false {
+		s, err := t.kept.take(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		tx, err := s.BeginTx(ctx, nil)
+		if err == nil {
+			return s, tx, nil
+		}
+		t.kept.put(ctx, s, false)
+		if !s.reused || !retry || ctx.Err() != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// check takes the shared lock on the epoch row and compares it with the
+// token. The same statement reads the session's wait_timeout: fn of an
+// earlier transaction on the kept session may have changed it, and a leader
+// stopped inside this one would then hold the epoch row that long.
+func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) error {
+	var (
+		current uint64
+		wait    int64
+	)
+	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock)).Scan(&current, &wait)
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}
 	if current != t.token {
 		return &StaleTokenError{Token: t.token, Current: current}
 	}
-	if err := fn(tx); err != nil {
-		return err
+	if w := t.st.cfg.waitTimeout(); wait != w {
+		if _, err := tx.ExecContext(ctx, setWaitTimeout(w)); err != nil {
+			return fmt.Errorf("election: fenced transaction: restoring wait_timeout: %w", err)
+		}
 	}
-	return tx.Commit()
+	return nil
+}
+
+// errTermOver is keptSession.take's answer once the term has ended.
+var errTermOver = errors.New("election: the term has ended")
+
+// keptSession is the server session a term keeps for its fenced
+// transactions, so that each one costs a single statement more than the
+// same plain transaction: its wait_timeout is set once, not set and reset
+// around every transaction.
+type keptSession struct {
+	st *store
+
+	mu     sync.Mutex
+	conn   *sql.Conn // idle, or nil: none yet, dropped, or busy
+	since  time.Time // when conn went idle
+	busy   bool      // a fenced transaction runs on it
+	closed bool      // the term has ended: nothing is kept any more
+}
+
+// fencedConn is the session of one fenced transaction.
+type fencedConn struct {
+	*sql.Conn
+	kept   bool // the term's own, not a pool session of this transaction's
+	reused bool // kept from an earlier transaction: the server may have dropped it since
+}
+
+// take returns the kept session, opening it if there is none, or, while it
+// is busy, a pool session of the caller's own. Either way the caller holds
+// one pool session, never two: with SetMaxOpenConns(2) and a pinned
+// candidate, a second would wait forever.
+func (k *keptSession) take(ctx context.Context) (*fencedConn, error) {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return nil, errTermOver
+	}
+	if k.busy {
+		k.mu.Unlock()
+		conn, err := k.open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &fencedConn{Conn: conn}, nil
+	}
+	conn := k.conn
+	k.conn, k.busy = nil, true
+	k.mu.Unlock()
+	if conn != nil {
+		return &fencedConn{Conn: conn, kept: true, reused: true}, nil
+	}
+	conn, err := k.open(ctx)
+	if err != nil {
+		k.mu.Lock()
+		k.busy = false
+		k.mu.Unlock()
+		return nil, err
+	}
+	return &fencedConn{Conn: conn, kept: true}, nil
+}
+
+// open takes a session from the pool and gives it the candidates'
+// wait_timeout.
+func (k *keptSession) open(ctx context.Context) (*sql.Conn, error) {
+	conn, err := k.st.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, setWaitTimeout(k.st.cfg.waitTimeout())); err != nil {
+		drop(conn)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// put ends a transaction's use of its session. The term keeps its own
+// after a clean end, unless the term has ended or the pool is crowded. A
+// session that is not kept goes back to the pool with the server's default
+// wait_timeout, but is dropped when its state is in doubt, and so is the
+// term's own once the term has ended: it may carry what fn left on it over
+// many transactions.
+func (k *keptSession) put(ctx context.Context, s *fencedConn, clean bool) {
+	back := clean
+	if s.kept {
+		k.mu.Lock()
+		k.busy = false
+		keep := clean && !k.closed && !k.crowded()
+		if keep {
+			k.conn, k.since = s.Conn, time.Now()
+		}
+		back = clean && !k.closed && !keep
+		k.mu.Unlock()
+		if keep {
+			return
+		}
+	}
+	if !back {
+		drop(s.Conn)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.st.cfg.Interval)
+	defer cancel()
+	if _, err := s.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+		drop(s.Conn)
+		return
+	}
+	s.Close()
+}
+
+// crowded reports whether the pool is bounded and has no connection left
+// but those in use, the kept one among them: keeping it could make the
+// rest of the program wait for as long as the term lasts.
+func (k *keptSession) crowded() bool {
+	st := k.st.db.Stats()
+	return st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections
+}
+
+// spare drops the idle kept session if the pool is crowded, or if the
+// server would soon end it for its wait_timeout: a session the server ends
+// is an aborted client in its log, and a failed BEGIN for the next Fenced.
+// The keepalive loop calls it every Interval, so that the kept session
+// holds the last connection of a bounded pool no longer than that while
+// others wait.
+func (k *keptSession) spare() {
+	cfg := k.st.cfg
+	// An interval for the next call, and one for a late one.
+	old := time.Duration(cfg.waitTimeout())*time.Second - 2*cfg.Interval
+	k.mu.Lock()
+	var conn *sql.Conn
+	if k.conn != nil && (k.crowded() || time.Since(k.since) >= old) {
+		conn, k.conn = k.conn, nil
+	}
+	k.mu.Unlock()
+	if conn != nil {
+		drop(conn)
+	}
+}
+
+// close ends the keeping when the term ends: an idle session is dropped at
+// once, a busy one when its transaction ends, and no later Fenced opens
+// one.
+func (k *keptSession) close() {
+	k.mu.Lock()
+	conn := k.conn
+	k.conn, k.closed = nil, true
+	k.mu.Unlock()
+	if conn != nil {
+		drop(conn)
+	}
+}
+
+// setWaitTimeout is the statement that gives a session wait_timeout w.
+func setWaitTimeout(w int64) string { return fmt.Sprintf("SET SESSION wait_timeout = %d", w) }
+
+// drop closes a session for good. Conn.Close would return it to the pool
+// with whatever it has (the short wait_timeout); driver.ErrBadConn from Raw
+// makes database/sql close the underlying connection instead.
+func drop(conn *sql.Conn) {
+	conn.Raw(func(any) error { return driver.ErrBadConn })
+	conn.Close()
 }
 
 // TokenHeader is the HTTP header that carries a fencing token from a

@@ -464,3 +464,298 @@ func TestFenceSlowReaderDoesNotHoldTheResource(t *testing.T) {
 		t.Fatalf("write behind a slow reader: %d", resp.StatusCode)
 	}
 }
+
+// fencedConnID makes a fenced write as holder and returns the id of the
+// session it ran on.
+func fencedConnID(t *testing.T, ctx context.Context, term *election.Term, holder string) uint64 {
+	t.Helper()
+	var id uint64
+	err := term.Fenced(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, ?)", term.Token(), holder)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("fenced write %s: %v", holder, err)
+	}
+	return id
+}
+
+// assertPoolSessionsAtDefault fails the test unless every idle session of
+// db has the server's default wait_timeout, and none is one of ids. It
+// holds them all at once, so that it sees each one.
+func assertPoolSessionsAtDefault(t *testing.T, ctx context.Context, db *sql.DB, ids ...uint64) {
+	t.Helper()
+	var def int64
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.wait_timeout").Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	idle := db.Stats().Idle
+	for range idle {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var (
+			id   uint64
+			wait int64
+		)
+		if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID(), @@SESSION.wait_timeout").Scan(&id, &wait); err != nil {
+			t.Fatal(err)
+		}
+		if wait != def {
+			t.Errorf("pool session %d has wait_timeout %d, the server's default is %d", id, wait, def)
+		}
+		for _, kept := range ids {
+			if id == kept {
+				t.Errorf("pool session %d was a term's kept session", id)
+			}
+		}
+	}
+}
+
+// A term keeps one session for its fenced transactions, with the short
+// wait_timeout; it must never go back to the pool, neither when the term
+// ends with it idle nor when a fenced transaction still runs on it. A
+// Fenced that finds it busy runs on a pool session that goes back with the
+// server's default.
+func TestKeptSessionNeverReturnsToThePool(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		db.SetMaxIdleConns(10) // nothing is closed for want of room
+		createWrites(t, db)
+		admin := server.Open(t, "")
+		ctx := ctxFor(t, time.Minute)
+		e := newElector(t, s, db, "kept", "a")
+
+		// Idle at the term's end.
+		ta := await(t, campaign(ctx, e), 10*time.Second).term
+		kept := fencedConnID(t, ctx, ta, "a")
+		if again := fencedConnID(t, ctx, ta, "a"); again != kept {
+			t.Fatalf("second fenced transaction on session %d, the first on %d: not kept", again, kept)
+		}
+		// Busy: a concurrent Fenced runs on a pool session of its own.
+		inside, hold := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- ta.Fenced(ctx, func(tx *sql.Tx) error {
+				close(inside)
+				<-hold
+				return nil
+			})
+		}()
+		<-inside
+		if other := fencedConnID(t, ctx, ta, "a"); other == kept {
+			t.Fatal("a concurrent fenced transaction ran on the busy kept session")
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		resignAll(t, ta)
+		assertPoolSessionsAtDefault(t, ctx, db, kept)
+
+		// Busy at the term's end: dropped when its transaction ends.
+		tb := await(t, campaign(ctx, e), 10*time.Second).term
+		var busy uint64
+		inside, hold = make(chan struct{}), make(chan struct{})
+		go func() {
+			done <- tb.Fenced(ctx, func(tx *sql.Tx) error {
+				err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&busy)
+				close(inside)
+				<-hold
+				return err
+			})
+		}()
+		<-inside
+		resignAll(t, tb)
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatalf("fenced transaction across the term's end (no newer term): %v", err)
+		}
+		assertPoolSessionsAtDefault(t, ctx, db, kept, busy)
+		var alive int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN (?, ?)", kept, busy).Scan(&alive)
+		if alive != 0 {
+			t.Fatalf("%d kept sessions still open after their terms", alive)
+		}
+	})
+}
+
+// The kept session is idle between fenced transactions, so the server may
+// drop it: killed, or past its wait_timeout (if the term has not closed it
+// first). The next Fenced notices at BEGIN, before anything ran, and runs
+// on a fresh session.
+func TestFencedAfterKeptSessionDropped(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	createWrites(t, db)
+	admin := server.Open(t, "")
+	ctx := ctxFor(t, time.Minute)
+	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "dropped", "a")), 10*time.Second).term
+	first := fencedConnID(t, ctx, ta, "a")
+	if _, err := admin.ExecContext(ctx, "KILL CONNECTION ?", first); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the killed session to end", 10*time.Second, func() bool {
+		var n int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", first).Scan(&n)
+		return n == 0
+	})
+	afterKill := fencedConnID(t, ctx, ta, "a")
+	if afterKill == first {
+		t.Fatalf("fenced transaction on session %d, which was killed", first)
+	}
+	time.Sleep(3 * time.Second) // W = 2s: the server drops the idle session
+	afterTimeout := fencedConnID(t, ctx, ta, "a")
+	if afterTimeout == afterKill {
+		t.Fatalf("fenced transaction on session %d, idle past its wait_timeout", afterKill)
+	}
+	if n := writesBy(db, "a"); n != 3 {
+		t.Fatalf("%d writes, want 3", n)
+	}
+}
+
+// A session that fails once fn has run is not retried: fn may have done
+// anything. The next Fenced runs on a fresh session.
+func TestFencedDoesNotRetryOnceFnRan(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	createWrites(t, db)
+	admin := server.Open(t, "")
+	ctx := ctxFor(t, time.Minute)
+	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "no-retry", "a")), 10*time.Second).term
+	calls := 0
+	err := ta.Fenced(ctx, func(tx *sql.Tx) error {
+		calls++
+		var id uint64
+		if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+			return err
+		}
+		if _, err := admin.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'killed')", ta.Token())
+		return err
+	})
+	if err == nil || calls != 1 {
+		t.Fatalf("fenced transaction whose session was killed inside fn: %v after %d calls of fn, want an error after 1", err, calls)
+	}
+	fencedConnID(t, ctx, ta, "a")
+	if writesBy(db, "killed") != 0 || writesBy(db, "a") != 1 {
+		t.Fatalf("writes: %d of the killed transaction, %d after it", writesBy(db, "killed"), writesBy(db, "a"))
+	}
+}
+
+// fn gets only a transaction, but it can still change its session: a
+// wait_timeout it sets must not outlast its transaction on the kept
+// session, or a leader stopped inside a later one could hold the epoch row
+// that long.
+func TestFencedRestoresWaitTimeout(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	createWrites(t, db)
+	ctx := ctxFor(t, time.Minute)
+	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "restore", "a")), 10*time.Second).term
+	err := ta.Fenced(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "SET SESSION wait_timeout = 28800")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wait int64
+	err = ta.Fenced(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, "SELECT @@SESSION.wait_timeout").Scan(&wait)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait != 2 {
+		t.Fatalf("the next fenced transaction runs with wait_timeout %d, want 2 (Lease+Margin)", wait)
+	}
+}
+
+// In a bounded pool the kept session must not take the connection the rest
+// of the program needs. With SetMaxOpenConns(2) the candidate pins one
+// session and fenced transactions share the other with everything else,
+// concurrent ones included; with three, a program that needs the last one
+// gets it within an Interval.
+func TestFencedInABoundedPool(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	createWrites(t, db)
+	db.SetMaxOpenConns(2)
+	ctx := ctxFor(t, time.Minute)
+	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "bounded", "a")), 10*time.Second).term
+	quick := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var one int
+		return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				errs <- fencedWrite(ctx, ta, "a")
+				errs <- quick()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("fenced writes and queries on a pool of two: %v", err)
+		}
+	}
+	if n := writesBy(db, "a"); n != 20 {
+		t.Fatalf("%d writes, want 20", n)
+	}
+	assertPoolSessionsAtDefault(t, ctx, db)
+
+	db.SetMaxOpenConns(3)
+	kept := fencedConnID(t, ctx, ta, "a")
+	held, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := quick(); err != nil {
+		t.Fatalf("a query while the kept session and one other take a pool of three: %v", err)
+	}
+	if again := fencedConnID(t, ctx, ta, "a"); again == kept {
+		t.Fatal("the kept session was not given up to a waiting query")
+	}
+}
+
+// The term closes its idle kept session itself before the server would end
+// it for its wait_timeout: the server would count an aborted client, and
+// the next Fenced would find it dead.
+func TestIdleKeptSessionClosedBeforeItsWaitTimeout(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	createWrites(t, db)
+	admin := server.Open(t, "")
+	ctx := ctxFor(t, time.Minute)
+	cfg := election.Config{Identity: "a", Interval: 500 * time.Millisecond, Lease: time.Second, Margin: time.Second} // W = 2s
+	ta := await(t, campaign(ctx, newElectorWith(t, db, "idle", cfg)), 10*time.Second).term
+	kept := fencedConnID(t, ctx, ta, "a")
+	idle := time.Now()
+	waitFor(t, "the idle kept session to end", 10*time.Second, func() bool {
+		var n int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", kept).Scan(&n)
+		return n == 0
+	})
+	if took := time.Since(idle); took >= 2*time.Second {
+		t.Fatalf("the idle kept session ended after %v: the server's wait_timeout, not the term, ended it", took)
+	}
+	if next := fencedConnID(t, ctx, ta, "a"); next == kept {
+		t.Fatal("fenced transaction on a closed session")
+	}
+}

@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -310,11 +309,6 @@ func (s *pinned) lost(ctx context.Context, why string) error {
 	return s.g.st.endTerm(ctx, s.g.st.db, s.lock, s.token, why)
 }
 
-// close drops the session for sure. Conn.Close would return it to the pool
-// still holding the lock (GET_LOCK is re-entrant there) and with the short
-// wait_timeout; returning driver.ErrBadConn from Raw makes database/sql
-// close the underlying connection instead.
-func (s *pinned) close() {
-	s.conn.Raw(func(any) error { return driver.ErrBadConn })
-	s.conn.Close()
-}
+// close drops the session for sure (see drop): in the pool it would still
+// hold the lock (GET_LOCK is re-entrant there) and the short wait_timeout.
+func (s *pinned) close() { drop(s.conn) }

@@ -55,6 +55,7 @@ type Term struct {
 	onEnd func()    // called once the hold is gone for sure
 
 	begun func(ctx context.Context) error // see won
+	kept  keptSession                     // for Fenced; dropped when the keepalive loop ends
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -73,7 +74,7 @@ type Term struct {
 func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, begun: w.begun,
+		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, begun: w.begun, kept: keptSession{st: st},
 		log: log.With("token", w.token),
 		ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
@@ -182,10 +183,13 @@ func (t *Term) keep(parent context.Context) {
 		case <-t.ctx.Done():
 		case <-tick.C:
 			t.renew()
+			t.kept.spare()
 			continue
 		}
 		break
 	}
+	// Before finish, whose record of a lost term goes through the pool.
+	t.kept.close()
 	t.finish(parent)
 }
 
