@@ -193,8 +193,14 @@ func ExampleElector_TryRun() {
 	b, _ := election.New(db, "nightly-report", election.Config{Identity: "host-b"})
 	ctx := context.Background()
 	done := make(chan error)
-	go func() { done <- a.TryRun(ctx, time.Second, task) }() // held for at least 1s
-	time.Sleep(200 * time.Millisecond)
+	started := make(chan struct{})
+	go func() {
+		done <- a.TryRun(ctx, time.Second, func(ctx context.Context, t *election.Term) error { // held for at least 1s
+			close(started)
+			return task(ctx, t)
+		})
+	}()
+	<-started // here, b's schedule fires a moment after a's
 	fmt.Println("host-b:", b.TryRun(ctx, time.Second, task))
 	fmt.Println("host-a:", <-done)
 	// Output:

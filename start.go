@@ -1,8 +1,9 @@
 package election
 
-// The term start: a read of the record, the claim of it and the epoch bump,
-// three statements after the candidate has won; and the history, which the
-// term writes once it has begun. See docs/protocol.md, "Campaign".
+// The term start: a read of the record, then the claim of it together with
+// the epoch bump, two statements after the candidate has won; and the
+// history, which the term writes once it has begun. See docs/protocol.md,
+// "Campaign".
 
 import (
 	"context"
@@ -35,12 +36,14 @@ type predecessor struct {
 var errRaced = errors.New("election: the record changed while the term started")
 
 // openTerm starts a term through q, for the candidate whose session
-// (GetLock: its connection id; LeaseRow: a random id) is given, in three
+// (GetLock: its connection id; LeaseRow: a random id) is given, in two
 // statements: a read of the record, which decides (succeed) whether the
-// term may start and after what lock-delay; the claim of the record, a
-// compare-and-set on that read; and the epoch bump, whose new value is the
-// token. The history is written afterwards (writeHistory), off the path to
-// the caller. A claim that loses a race is tried again once.
+// term may start and after what lock-delay; then the claim of the record, a
+// compare-and-set on that read, which bumps the epoch in the same
+// statement: its new value is the token. (The first term of an election,
+// which has no rows yet, claims and bumps in two statements.) The history
+// is written afterwards (writeHistory), off the path to the caller. A claim
+// that loses a race is tried again once.
 func (s opener) openTerm(ctx context.Context, q querier, lock string, session uint64) (token uint64, delay time.Duration, p predecessor, err error) {
 	for try := 0; ; try++ {
 		if p, err = s.predecessor(ctx, q, lock); err != nil {
@@ -49,7 +52,7 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 		if delay, err = s.succeed(p); err != nil {
 			return 0, 0, p, err
 		}
-		err = s.claim(ctx, q, lock, session, p)
+		token, err = s.claim(ctx, q, lock, session, p)
 		if errors.Is(err, errRaced) && try == 0 {
 			continue
 		}
@@ -57,13 +60,6 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 			err = ErrHeld
 		}
 		if err != nil {
-			return 0, 0, p, err
-		}
-		if token, err = s.bumpEpoch(ctx, q, lock, session, p.epoch+1); err != nil {
-			s.unclaim(ctx, q, lock, session, p.epoch+1)
-			if errors.Is(err, errRaced) {
-				err = ErrHeld
-			}
 			return 0, 0, p, err
 		}
 		return token, delay, p, nil
@@ -147,35 +143,68 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 // claim writes the new term's record (epoch p.epoch+1, requests cleared),
 // only if the record is still as read: same epoch, the last term does not
 // act (a lease renewed since the read, a GetLock holder alive) and no
-// hand-over became pending. Otherwise it returns errRaced.
-func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor) error {
+// hand-over became pending; otherwise it returns errRaced. In the same
+// statement it bumps the epoch row (see bumpEpoch) and returns the token.
+// Without an epoch row (the first term, or a record written before the
+// epoch row was), it claims, then bumps in a statement of its own.
+func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor) (uint64, error) {
 	host, _ := os.Hostname()
-	values := []any{s.name, s.cfg.Strategy.String(), p.epoch + 1, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
-	var err error
-	var res sql.Result
+	claimed := p.epoch + 1
+	values := []any{s.name, s.cfg.Strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
 	if !p.exists {
-		res, err = q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
+		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
 			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at) "+
 			"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", append([]any{lock, values[0], values[1], stateLeading}, values[2:]...)...))
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
-			return errRaced
+			return 0, errRaced
 		}
-	} else {
-		res, err = q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r SET name = ?, strategy = ?, epoch = ?, state = "+literal(stateLeading)+", "+
-			"holder = ?, host = ?, pid = ?, conn_id = ?, lease_us = ?, since = UTC_TIMESTAMP(6), renewed_at = UTC_TIMESTAMP(6), "+
-			"ended_at = NULL, demote_epoch = NULL, demote_at = NULL, handover_to = NULL, handover_until = NULL "+
-			"WHERE lock_name = ? AND epoch = ? AND NOT (state = ? AND "+ageMicros("renewed_at")+" <= lease_us AND ("+
-			"strategy = ? AND NOT (demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us) OR "+
-			"strategy = ? AND IS_USED_LOCK(lock_name) <=> conn_id AND conn_id <> ?)) AND NOT (",
-			append(values, lock, p.epoch, stateLeading, LeaseRow.String(), GetLock.String(), session)...)+s.handingOver("r")+")")
+		if err != nil {
+			return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+		}
+		return s.bump(ctx, q, lock, session, claimed)
 	}
+	// The bump's value depends on no column this statement assigns: a
+	// multi-table UPDATE may make its assignments in any order.
+	set := func(join string) string {
+		return text("UPDATE `"+s.tbl.record+"` r "+join+" SET r.name = ?, r.strategy = ?, r.epoch = ?, r.state = "+literal(stateLeading)+", "+
+			"r.holder = ?, r.host = ?, r.pid = ?, r.conn_id = ?, r.lease_us = ?, r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), "+
+			"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL", values...)
+	}
+	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND NOT (r.state = ? AND "+ageMicros("r.renewed_at")+" <= r.lease_us AND ("+
+		"r.strategy = ? AND NOT (r.demote_epoch <=> r.epoch AND "+ageMicros("r.demote_at")+" > r.lease_us) OR "+
+		"r.strategy = ? AND IS_USED_LOCK(r.lock_name) <=> r.conn_id AND r.conn_id <> ?)) AND NOT (",
+		lock, p.epoch, stateLeading, LeaseRow.String(), GetLock.String(), session) + s.handingOver("r") + ")"
+	res, err := q.ExecContext(ctx, set("JOIN `"+s.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
+		text(", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, ?))", claimed)+where)
 	if err != nil {
-		return fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+		return 0, fmt.Errorf("election: starting the term: %w", schemaError(s.tbl, err))
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 2 {
+		id, err := res.LastInsertId()
+		if err != nil {
+			return 0, fmt.Errorf("election: starting the term: %w", err)
+		}
+		return s.follow(ctx, q, lock, session, claimed, uint64(id))
+	}
+	// Lost a race, or there is no epoch row: the claim alone tells which.
+	res, err = q.ExecContext(ctx, set("")+where)
+	if err != nil {
+		return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return errRaced
+		return 0, errRaced
 	}
-	return nil
+	return s.bump(ctx, q, lock, session, claimed)
+}
+
+// bump bumps the epoch after a claim made in a statement of its own; one
+// that fails gives the claim up.
+func (s opener) bump(ctx context.Context, q querier, lock string, session, claimed uint64) (uint64, error) {
+	token, err := s.bumpEpoch(ctx, q, lock, session, claimed)
+	if err != nil {
+		s.unclaim(ctx, q, lock, session, claimed)
+	}
+	return token, err
 }
 
 // bumpEpoch raises the election's epoch to at least claimed (the epoch the
@@ -208,14 +237,21 @@ func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, 
 	case 1:
 		token = claimed // a first insert
 	}
-	if token != claimed {
-		res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, lock, claimed, session))
-		if err != nil {
-			return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return 0, errRaced
-		}
+	return s.follow(ctx, q, lock, session, claimed, token)
+}
+
+// follow moves the record of a claim at claimed to token, the epoch the
+// bump gave, should the epoch have been ahead of the record.
+func (s opener) follow(ctx context.Context, q querier, lock string, session, claimed, token uint64) (uint64, error) {
+	if token == claimed {
+		return token, nil
+	}
+	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, lock, claimed, session))
+	if err != nil {
+		return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, errRaced
 	}
 	return token, nil
 }
