@@ -39,10 +39,11 @@ type arena struct {
 // proc is one candidate. Its user and proxy outlive its process, so that a
 // candidate killed by a fault comes back the same.
 type proc struct {
-	id    string
-	user  string
-	proxy *faultproxy.Proxy
-	cmd   *exec.Cmd
+	id      string
+	user    string
+	proxy   *faultproxy.Proxy
+	cmd     *exec.Cmd
+	drained chan struct{} // closed once cmd's output has been read to its end
 }
 
 // newArena creates the contender's database and starts n candidates.
@@ -105,13 +106,17 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return fmt.Errorf("starting candidate %s: %w", id, err)
 	}
-	p.cmd = cmd
+	drained := make(chan struct{})
+	go func() {
+		a.read(out)
+		close(drained)
+	}()
+	p.cmd, p.drained = cmd, drained
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
-	go a.read(out)
 	return nil
 }
 
@@ -180,6 +185,29 @@ func (a *arena) all() []*proc {
 	return procs
 }
 
+// wait waits until p's process has ended and its output has been read: Wait
+// closes the pipe, so it must not cut the reader off (see
+// exec.Cmd.StdoutPipe).
+func (p *proc) wait() error {
+	<-p.drained
+	return p.cmd.Wait()
+}
+
+// stop waits up to limit for p's process to end, then kills it.
+func (p *proc) stop(limit time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		p.wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
 // signalAll sends sig to every candidate process.
 func (a *arena) signalAll(sig syscall.Signal) {
 	for _, p := range a.all() {
@@ -211,13 +239,18 @@ func (a *arena) next(match func(event) bool, limit time.Duration) (event, bool) 
 	}
 }
 
-// drain moves every event already received into pending.
+// take logs e and keeps it pending.
+func (a *arena) take(e event) {
+	a.log = append(a.log, e)
+	a.pending = append(a.pending, e)
+}
+
+// drain takes every event already received.
 func (a *arena) drain() {
 	for {
 		select {
 		case e := <-a.events:
-			a.log = append(a.log, e)
-			a.pending = append(a.pending, e)
+			a.take(e)
 		default:
 			return
 		}
@@ -294,25 +327,34 @@ func (a *arena) ready(limit time.Duration) bool {
 	})
 }
 
-// stopAll ends every candidate gracefully, then for sure.
+// stopAll ends every candidate gracefully, then for sure, and takes their
+// last events.
 func (a *arena) stopAll() {
 	procs := a.all()
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGCONT)
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for _, p := range procs {
-		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
+	stopped := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Go(func() { p.stop(5 * time.Second) })
+		}
+		wg.Wait()
+		close(stopped)
+	}()
+	// Take events meanwhile: a reader stuck on a full channel would never
+	// see its process's output end.
+	for {
 		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-done
+		case e := <-a.events:
+			a.take(e)
+		case <-stopped:
+			a.drain()
+			return
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	a.drain()
 }
 
 // close stops the candidates and releases their proxies and the admin

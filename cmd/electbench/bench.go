@@ -24,7 +24,7 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	contenders := fs.String("contenders", join(allContenders), "contenders to run")
 	faults := fs.String("faults", join(allFaults), "faults to inject")
 	reps := fs.Int("reps", 20, "runs per contender and fault")
-	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing: about two minutes")
+	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing (unless given): about two minutes")
 	svg := fs.String("svg", "", "write the chart as SVG to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -32,9 +32,9 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	cs, fl := strings.Split(*contenders, ","), strings.Split(*faults, ",")
 	if *quick {
 		cs = slices.DeleteFunc(cs, func(c string) bool { return c == recipe20 })
-		*reps = 1
-		o.tm = timing{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second, WriteEvery: 20 * time.Millisecond}
-		o.limit = 4 * time.Second
+		if err := quickDefaults(fs); err != nil {
+			return err
+		}
 	}
 	if err := known("contender", cs, allContenders); err != nil {
 		return err
@@ -63,6 +63,21 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	return writeJSON(o.jsonOut, res)
 }
 
+// quickDefaults gives the flags of -quick that were not given their short
+// values: one run of each fault, short timing.
+func quickDefaults(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, kv := range [][2]string{{"reps", "1"}, {"interval", "100ms"}, {"lease", "1s"}, {"margin", "1s"}, {"limit", "4s"}} {
+		if !given[kv[0]] {
+			if err := fs.Set(kv[0], kv[1]); err != nil {
+				return fmt.Errorf("-quick: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
 // benchContender runs contender in an arena of its own: its steady-state
 // cost, reps runs of every fault, then the checker; it adds all to res.
 func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, faults []string, reps int, res *results) error {
@@ -71,7 +86,7 @@ func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, cont
 		return err
 	}
 	defer a.close()
-	cost, err := measureSteady(ctx, a, o.candidates)
+	cost, err := measureSteady(ctx, a)
 	if err != nil {
 		return err
 	}
@@ -128,7 +143,11 @@ type steady struct {
 
 // measureSteady counts the statements and connections of an idle election
 // with the arena's candidates, over five seconds after it has settled.
-func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
+func measureSteady(ctx context.Context, a *arena) (steady, error) {
+	n := len(a.all())
+	if n == 0 {
+		return steady{}, fmt.Errorf("%s: no candidates to measure", a.contender)
+	}
 	if _, ok := a.leader(30 * time.Second); !ok {
 		return steady{}, fmt.Errorf("%s: no leader", a.contender)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -31,7 +32,9 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 		return err
 	}
 	defer srv.Close()
-	p.kinds = faultsFor(srv, p.kinds)
+	if p.kinds = faultsFor(srv, p.kinds); len(p.kinds) == 0 {
+		return errors.New("no fault to draw from: a server given by -dsn is not restarted")
+	}
 	a, err := newArena(ctx, srv, p.contender, o.tm, o.candidates)
 	if err != nil {
 		return err
@@ -79,7 +82,11 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	if err := known("contender", []string{*contender}, allContenders); err != nil {
 		return chaosPlan{}, err
 	}
-	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: strings.Split(*faults, ","), seed: *seed}, nil
+	kinds := strings.Split(*faults, ",")
+	if err := known("fault", kinds, allFaults); err != nil {
+		return chaosPlan{}, err
+	}
+	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed}, nil
 }
 
 // torture injects faults drawn at random from the plan's kinds, at random

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -93,5 +94,26 @@ func TestCheckerFindsViolations(t *testing.T) {
 		if !strings.Contains(v.Violations[i], want) {
 			t.Fatalf("violation %d: %q, want %q", i, v.Violations[i], want)
 		}
+	}
+}
+
+// -quick shortens only the timing flags that were not given, and chaos
+// refuses fault kinds it does not know.
+func TestFlags(t *testing.T) {
+	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
+	var o options
+	o.flags(fs)
+	reps := fs.Int("reps", 20, "")
+	if err := fs.Parse([]string{"-lease", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := quickDefaults(fs); err != nil {
+		t.Fatal(err)
+	}
+	if o.tm.Lease != 3*time.Second || o.tm.Interval != 100*time.Millisecond || o.limit != 4*time.Second || *reps != 1 {
+		t.Errorf("-quick -lease 3s: timing %+v, limit %v, reps %d", o.tm, o.limit, *reps)
+	}
+	if _, err := parseChaos([]string{"-fault-kinds", "sigkill,sigkil"}, &options{}); err == nil || !strings.Contains(err.Error(), `unknown fault "sigkil"`) {
+		t.Errorf("chaos -fault-kinds sigkill,sigkil: %v", err)
 	}
 }
