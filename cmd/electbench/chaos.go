@@ -35,7 +35,7 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 	if p.kinds = faultsFor(srv, p.kinds); len(p.kinds) == 0 {
 		return errors.New("no fault to draw from: a server given by -dsn is not restarted")
 	}
-	a, err := newArena(ctx, srv, p.contender, o.tm, o.candidates)
+	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds})
 	if err != nil {
 		return err
 	}
@@ -71,6 +71,7 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 func parseChaos(args []string, o *options) (chaosPlan, error) {
 	fs := flag.NewFlagSet("electbench chaos", flag.ContinueOnError)
 	o.flags(fs)
+	o.candidatesFlag(fs)
 	contender := fs.String("contender", libGetLock, "the contender to torture")
 	n := fs.Int("faults", 100, "how many faults to inject")
 	duration := fs.Duration("duration", 0, "stop injecting after this long (0: after -faults)")

@@ -35,6 +35,13 @@ func faultsFor(srv *mysqltest.Server, faults []string) []string {
 	return faults
 }
 
+// isolating reports whether any of faults must reach the leader's
+// connections alone (a blackhole, a reset, KILL CONNECTION of its user), so
+// that every candidate needs its own fault proxy and database user.
+func isolating(faults []string) bool {
+	return slices.ContainsFunc(faults, func(f string) bool { return f == fBlackH || f == fReset || f == fKillConn })
+}
+
 // trial is the outcome of one injected fault.
 type trial struct {
 	Contender string  `json:"contender"`
@@ -44,10 +51,14 @@ type trial struct {
 	NoLeader  bool    `json:"no_leader_before"` // nobody led within the limit before the fault
 }
 
-// inject applies fault to the current leader, waits for the next acting
-// leader, heals, and returns the trial.
+// inject applies fault, one of the arena's, to the current leader, waits
+// for the next acting leader, heals, and returns the trial.
 func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (trial, error) {
 	tr := trial{Contender: a.contender, Fault: fault, FailoverS: -1, KnewS: -1}
+	if !slices.Contains(a.faults, fault) {
+		// It may need the proxies and users the arena did not make.
+		return tr, fmt.Errorf("%s: fault %s is not one of the arena's (%s)", a.contender, fault, join(a.faults))
+	}
 	old, ok := a.leader(limit)
 	if !ok {
 		// A contender that left a zombie leader, or none, after the last

@@ -60,7 +60,7 @@ func TestCheckerFindsViolations(t *testing.T) {
 	}
 	defer srv.Close()
 	ctx := context.Background()
-	a, err := newArena(ctx, srv, libGetLock, timing{Interval: time.Second, Lease: 5 * time.Second, Margin: time.Second, WriteEvery: time.Second}, 0)
+	a, err := newArena(ctx, srv, arenaSpec{contender: libGetLock, tm: timing{Interval: time.Second, Lease: 5 * time.Second, Margin: time.Second, WriteEvery: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
