@@ -12,6 +12,7 @@
 //	electbench                      the full comparison (20 runs per fault)
 //	electbench -quick               every contender and fault once, in about two minutes
 //	electbench chaos -faults 1000   random faults against one contender, then the checker
+//	electbench scale                cost and SIGKILL failover at 3 and at 1000 candidates, and 100 elections per process
 //	electbench report -svg c.svg a.json b.json   one table and chart from several runs
 //
 // It starts a private MariaDB/MySQL from PATH, or uses -dsn (whose user must
@@ -26,7 +27,7 @@
 // the report summarizes.
 //
 //   - main.go: this overview, the subcommand dispatch and the options the
-//     comparison and chaos share.
+//     comparison, chaos and scale share.
 //   - contenders.go: what runs inside a candidate process (the candidate
 //     subcommand): this library's strategies, in one election or in several
 //     on one *sql.DB, the timeout recipe and plain GET_LOCK, each printing
@@ -41,8 +42,12 @@
 //   - report.go: summaries, the tables, the SVG chart, the JSON files and the
 //     report subcommand that merges the JSON of several runs.
 //   - bench.go: the comparison (the default subcommand): every contender
-//     against every fault, and the steady-state cost of an idle election.
+//     against every fault, and the steady-state cost of an idle election;
+//     one arena's run, which chaos aside every subcommand uses.
 //   - chaos.go: the chaos subcommand: random faults against one contender.
+//   - scale.go: the scale subcommand: how the steady cost and the SIGKILL
+//     failover grow from a few candidates to many, against the goals, and
+//     what many elections in each process cost.
 package main
 
 import (
@@ -62,8 +67,8 @@ import (
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
-// main runs the subcommand named first (candidate, chaos, report), or the
-// comparison.
+// main runs the subcommand named first (candidate, chaos, scale, report),
+// or the comparison.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,6 +78,8 @@ func main() {
 		err = candidateMain(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "chaos":
 		err = chaosMain(ctx, os.Args[2:], os.Stdout)
+	case len(os.Args) > 1 && os.Args[1] == "scale":
+		err = scaleMain(ctx, os.Args[2:], os.Stdout)
 	case len(os.Args) > 1 && os.Args[1] == "report":
 		err = reportMain(os.Args[2:], os.Stdout)
 	default:
@@ -90,7 +97,7 @@ type timing struct {
 	Check                               time.Duration // this library's CheckInterval (0: Interval)
 }
 
-// options are the flags the comparison and chaos share.
+// options are the flags the comparison, chaos and scale share.
 type options struct {
 	dsn        string
 	tm         timing
@@ -101,7 +108,7 @@ type options struct {
 }
 
 // flags registers the shared options on fs, but for -candidates
-// (candidatesFlag).
+// (candidatesFlag), which scale replaces with its sizes.
 func (o *options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.dsn, "dsn", "", "use this server instead of a private one (root-like user; no restart fault)")
 	fs.DurationVar(&o.tm.Interval, "interval", 200*time.Millisecond, "keepalive and poll interval of every contender")
