@@ -371,6 +371,24 @@ func (a *arena) othersLed(limit time.Duration) bool {
 	})
 }
 
+// census says how far the candidates got, for an error: how many are
+// ready, their terms and writes, and why the last term ended.
+func (a *arena) census() string {
+	n := map[string]int{}
+	last := "-"
+	for _, e := range a.log {
+		switch {
+		case e.Ev == "write" && !e.OK:
+			n["failed"]++
+		case e.Ev == "end":
+			last = e.Reason
+		}
+		n[e.Ev]++
+	}
+	return fmt.Sprintf("%d of %d candidates ready; %d terms began, %d ended, the last because %q; %d writes acknowledged, %d failed",
+		a.distinct("ready", func(e event) string { return e.ID }), len(a.all()), n["start"], n["end"], last, n["write"]-n["failed"], n["failed"])
+}
+
 // distinct counts the distinct keys of the logged events of kind ev.
 func (a *arena) distinct(ev string, key func(event) string) int {
 	seen := map[string]bool{}

@@ -158,14 +158,15 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	if n == 0 {
 		return steady{}, fmt.Errorf("%s: no candidates to measure", a.contender)
 	}
-	if _, ok := a.leader(30 * time.Second); !ok {
-		return steady{}, fmt.Errorf("%s: no leader", a.contender)
+	const settle = 30 * time.Second
+	if _, ok := a.leader(settle); !ok {
+		return steady{}, fmt.Errorf("%s: no acting leader within %v (%s)", a.contender, settle, a.census())
 	}
-	if !a.ready(30 * time.Second) {
-		return steady{}, fmt.Errorf("%s: not every candidate process started", a.contender)
+	if !a.ready(settle) {
+		return steady{}, fmt.Errorf("%s: not every candidate process started within %v (%s)", a.contender, settle, a.census())
 	}
-	if !a.othersLed(30 * time.Second) {
-		return steady{}, fmt.Errorf("%s: not every one of the %d elections has had a leader", a.contender, a.elections)
+	if !a.othersLed(settle) {
+		return steady{}, fmt.Errorf("%s: not every one of the %d elections has had a leader within %v (%s)", a.contender, a.elections, settle, a.census())
 	}
 	// The acting leader's writes are the benchmark's load, not the
 	// election's cost: pause them while counting.

@@ -79,16 +79,24 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer srv.Close()
 	res := scaleResults{Server: srv.Describe(), Timing: o.tm}
+	var failed error
 	for _, c := range cs {
 		run, err := scaleContender(ctx, &o, srv, c, *small, *large, *reps, *elections)
 		if err != nil {
-			return err
+			failed = err
+			break
 		}
 		res.Runs = append(res.Runs, run)
 	}
 	fmt.Fprintln(os.Stderr)
-	printScale(out, &res)
-	return writeJSON(o.jsonOut, res)
+	// A long run that fails late still reports the contenders it finished.
+	if len(res.Runs) > 0 {
+		printScale(out, &res)
+		if err := writeJSON(o.jsonOut, res); err != nil {
+			return errors.Join(failed, err)
+		}
+	}
+	return failed
 }
 
 // scaleContender runs contender's arenas, one after the other.
