@@ -85,7 +85,7 @@ func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*aren
 	for i := range spec.candidates {
 		if err := a.spawn(ctx, fmt.Sprintf("c%d", i)); err != nil {
 			a.close()
-			return nil, fmt.Errorf("starting candidate %d of %d: %w", i+1, spec.candidates, err)
+			return nil, fmt.Errorf("after %d of %d candidates: %w", i, spec.candidates, err)
 		}
 	}
 	return a, nil
@@ -360,8 +360,11 @@ func (a *arena) actingLeader() (event, bool) {
 // that, the signals of signalAll would end it).
 func (a *arena) ready(limit time.Duration) bool {
 	want := len(a.all())
-	return a.await(limit, func() bool { return a.distinct("ready", func(e event) string { return e.ID }) >= want })
+	return a.await(limit, func() bool { return a.readied() >= want })
 }
+
+// readied counts the candidates that have said they are ready.
+func (a *arena) readied() int { return a.distinct("ready", func(e event) string { return e.ID }) }
 
 // othersLed waits until each of the elections beyond the first
 // (arenaSpec.elections) has had a leader, so that their campaigns are over.
@@ -386,7 +389,7 @@ func (a *arena) census() string {
 		n[e.Ev]++
 	}
 	return fmt.Sprintf("%d of %d candidates ready; %d terms began, %d ended, the last because %q; %d writes acknowledged, %d failed",
-		a.distinct("ready", func(e event) string { return e.ID }), len(a.all()), n["start"], n["end"], last, n["write"]-n["failed"], n["failed"])
+		a.readied(), len(a.all()), n["start"], n["end"], last, n["write"]-n["failed"], n["failed"])
 }
 
 // distinct counts the distinct keys of the logged events of kind ev.

@@ -43,7 +43,7 @@
 //     report subcommand that merges the JSON of several runs.
 //   - bench.go: the comparison (the default subcommand): every contender
 //     against every fault, and the steady-state cost of an idle election;
-//     one arena's run, which chaos aside every subcommand uses.
+//     its run of one arena (benchContender) serves scale too.
 //   - chaos.go: the chaos subcommand: random faults against one contender.
 //   - scale.go: the scale subcommand: how the steady cost and the SIGKILL
 //     failover grow from a few candidates to many, against the goals, and
