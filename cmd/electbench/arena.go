@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,16 +19,30 @@ import (
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
-// arena runs the candidates of one contender: one process, one database
-// user and one fault proxy per candidate, so that a fault hits the leader
-// alone.
+// arenaSpec says which candidates an arena runs.
+type arenaSpec struct {
+	contender  string
+	tm         timing
+	candidates int // processes
+	// elections is how many elections each process is a candidate in, on
+	// its one *sql.DB (library contenders); 0 means 1. Only the first,
+	// "bench", writes and is faulted and checked.
+	elections int
+	// faults are those the arena may inject; they decide whether each
+	// candidate needs its own user and fault proxy (isolating).
+	faults []string
+}
+
+// arena runs the candidates of one contender: one process per candidate,
+// and, if isolated, one database user and one fault proxy per candidate, so
+// that a fault hits the leader alone.
 type arena struct {
-	srv       *mysqltest.Server
-	contender string
-	db        string
-	tm        timing
-	admin     *sql.DB // root, on the arena's database
-	self      string  // this binary, re-executed as a candidate
+	arenaSpec
+	isolated bool
+	srv      *mysqltest.Server
+	db       string
+	admin    *sql.DB // root, on the arena's database
+	self     string  // this binary, re-executed as a candidate
 
 	mu      sync.Mutex
 	procs   map[string]*proc
@@ -39,30 +54,38 @@ type arena struct {
 // proc is one candidate. Its user and proxy outlive its process, so that a
 // candidate killed by a fault comes back the same.
 type proc struct {
-	id    string
-	user  string
-	proxy *faultproxy.Proxy
-	cmd   *exec.Cmd
+	id      string
+	user    string
+	proxy   *faultproxy.Proxy // nil unless the arena is isolated
+	cmd     *exec.Cmd
+	drained chan struct{} // closed once cmd's output has been read to its end
 }
 
-// newArena creates the contender's database and starts n candidates.
-func newArena(ctx context.Context, srv *mysqltest.Server, contender string, tm timing, n int) (*arena, error) {
+// newArena creates the contender's database and starts the spec's
+// candidates.
+func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*arena, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	a := &arena{srv: srv, contender: contender, tm: tm, self: self,
-		db: "bench_" + strings.ReplaceAll(contender, "-", "_"), procs: map[string]*proc{}, events: make(chan event, 1<<16)}
+	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), srv: srv, self: self,
+		db: "bench_" + strings.ReplaceAll(spec.contender, "-", "_"), procs: map[string]*proc{}, events: make(chan event, 1<<16)}
 	if err := a.createDatabase(ctx); err != nil {
 		return nil, err
 	}
 	if a.admin, err = sql.Open("mysql", srv.DSN(a.db)); err != nil {
 		return nil, err
 	}
-	for i := range n {
+	if !a.isolated {
+		if err := a.createUser(ctx, a.user("all")); err != nil {
+			a.admin.Close()
+			return nil, err
+		}
+	}
+	for i := range spec.candidates {
 		if err := a.spawn(ctx, fmt.Sprintf("c%d", i)); err != nil {
 			a.close()
-			return nil, err
+			return nil, fmt.Errorf("after %d of %d candidates: %w", i, spec.candidates, err)
 		}
 	}
 	return a, nil
@@ -105,47 +128,73 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return err
+		return fmt.Errorf("starting candidate %s: %w", id, err)
 	}
-	p.cmd = cmd
+	drained := make(chan struct{})
+	go func() {
+		a.read(out)
+		close(drained)
+	}()
+	p.cmd, p.drained = cmd, drained
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
-	go a.read(out)
 	return nil
 }
 
-// newProc creates candidate id's database user and fault proxy.
+// newProc creates candidate id: if the arena is isolated, with its own
+// database user and fault proxy, else with the shared user.
 func (a *arena) newProc(ctx context.Context, id string) (*proc, error) {
-	p := &proc{id: id, user: fmt.Sprintf("%s_%s", strings.ReplaceAll(a.contender, "-", ""), id)}
-	for _, stmt := range []string{
-		"DROP USER IF EXISTS '" + p.user + "'@'%'",
-		"CREATE USER '" + p.user + "'@'%' IDENTIFIED BY 'bench'",
-		"GRANT ALL ON " + a.db + ".* TO '" + p.user + "'@'%'",
-	} {
-		if _, err := a.admin.ExecContext(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("creating user %s: %w", p.user, err)
-		}
+	if !a.isolated {
+		return &proc{id: id, user: a.user("all")}, nil
+	}
+	p := &proc{id: id, user: a.user(id)}
+	if err := a.createUser(ctx, p.user); err != nil {
+		return nil, err
 	}
 	proxy, err := faultproxy.Start(a.srv.Addr())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("starting the fault proxy of %s: %w", id, err)
 	}
 	p.proxy = proxy
 	return p, nil
 }
 
-// command is the candidate process of p, connecting through its proxy as
-// its user.
+// user names the database user of the arena's candidate id.
+func (a *arena) user(id string) string {
+	return strings.ReplaceAll(a.contender, "-", "") + "_" + id
+}
+
+// createUser creates the database user name afresh, with every right on the
+// arena's database.
+func (a *arena) createUser(ctx context.Context, name string) error {
+	for _, stmt := range []string{
+		"DROP USER IF EXISTS '" + name + "'@'%'",
+		"CREATE USER '" + name + "'@'%' IDENTIFIED BY 'bench'",
+		"GRANT ALL ON " + a.db + ".* TO '" + name + "'@'%'",
+	} {
+		if _, err := a.admin.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("creating user %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// command is the candidate process of p, connecting as its user, through
+// its proxy if it has one.
 func (a *arena) command(p *proc) *exec.Cmd {
 	cfg := a.srv.Config(a.db)
-	cfg.User, cfg.Passwd, cfg.Addr = p.user, "bench", p.proxy.Addr()
+	cfg.User, cfg.Passwd = p.user, "bench"
+	if p.proxy != nil {
+		cfg.Addr = p.proxy.Addr()
+	}
 	cmd := exec.Command(a.self, "candidate", "-contender", a.contender, "-id", p.id, "-dsn", cfg.FormatDSN(),
 		"-interval", a.tm.Interval.String(), "-lease", a.tm.Lease.String(), "-margin", a.tm.Margin.String(),
-		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String())
+		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String(), "-elections", strconv.Itoa(max(1, a.elections)))
 	// One OS thread per candidate keeps a thousand candidate processes cheap.
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	cmd.Stderr = io.Discard
+	// Stderr stays nil, /dev/null: a writer would cost a pipe and a
+	// goroutine per candidate.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
@@ -180,6 +229,29 @@ func (a *arena) all() []*proc {
 	return procs
 }
 
+// wait waits until p's process has ended and its output has been read: Wait
+// closes the pipe, so it must not cut the reader off (see
+// exec.Cmd.StdoutPipe).
+func (p *proc) wait() error {
+	<-p.drained
+	return p.cmd.Wait()
+}
+
+// stop waits up to limit for p's process to end, then kills it.
+func (p *proc) stop(limit time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		p.wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
 // signalAll sends sig to every candidate process.
 func (a *arena) signalAll(sig syscall.Signal) {
 	for _, p := range a.all() {
@@ -211,13 +283,18 @@ func (a *arena) next(match func(event) bool, limit time.Duration) (event, bool) 
 	}
 }
 
-// drain moves every event already received into pending.
+// take logs e and keeps it pending.
+func (a *arena) take(e event) {
+	a.log = append(a.log, e)
+	a.pending = append(a.pending, e)
+}
+
+// drain takes every event already received.
 func (a *arena) drain() {
 	for {
 		select {
 		case e := <-a.events:
-			a.log = append(a.log, e)
-			a.pending = append(a.pending, e)
+			a.take(e)
 		default:
 			return
 		}
@@ -283,36 +360,77 @@ func (a *arena) actingLeader() (event, bool) {
 // that, the signals of signalAll would end it).
 func (a *arena) ready(limit time.Duration) bool {
 	want := len(a.all())
+	return a.await(limit, func() bool { return a.readied() >= want })
+}
+
+// readied counts the candidates that have said they are ready.
+func (a *arena) readied() int { return a.distinct("ready", func(e event) string { return e.ID }) }
+
+// othersLed waits until each of the elections beyond the first
+// (arenaSpec.elections) has had a leader, so that their campaigns are over.
+func (a *arena) othersLed(limit time.Duration) bool {
 	return a.await(limit, func() bool {
-		seen := map[string]bool{}
-		for _, e := range a.log {
-			if e.Ev == "ready" {
-				seen[e.ID] = true
-			}
-		}
-		return len(seen) >= want
+		return a.distinct("other-start", func(e event) string { return e.Election }) >= a.elections-1
 	})
 }
 
-// stopAll ends every candidate gracefully, then for sure.
+// census says how far the candidates got, for an error: how many are
+// ready, their terms and writes, and why the last term ended.
+func (a *arena) census() string {
+	n := map[string]int{}
+	last := "-"
+	for _, e := range a.log {
+		switch {
+		case e.Ev == "write" && !e.OK:
+			n["failed"]++
+		case e.Ev == "end":
+			last = e.Reason
+		}
+		n[e.Ev]++
+	}
+	return fmt.Sprintf("%d of %d candidates ready; %d terms began, %d ended, the last because %q; %d writes acknowledged, %d failed",
+		a.readied(), len(a.all()), n["start"], n["end"], last, n["write"]-n["failed"], n["failed"])
+}
+
+// distinct counts the distinct keys of the logged events of kind ev.
+func (a *arena) distinct(ev string, key func(event) string) int {
+	seen := map[string]bool{}
+	for _, e := range a.log {
+		if e.Ev == ev {
+			seen[key(e)] = true
+		}
+	}
+	return len(seen)
+}
+
+// stopAll ends every candidate gracefully, then for sure, and takes their
+// last events.
 func (a *arena) stopAll() {
 	procs := a.all()
 	for _, p := range procs {
 		p.cmd.Process.Signal(syscall.SIGCONT)
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	for _, p := range procs {
-		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
+	stopped := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Go(func() { p.stop(5 * time.Second) })
+		}
+		wg.Wait()
+		close(stopped)
+	}()
+	// Take events meanwhile: a reader stuck on a full channel would never
+	// see its process's output end.
+	for {
 		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-done
+		case e := <-a.events:
+			a.take(e)
+		case <-stopped:
+			a.drain()
+			return
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	a.drain()
 }
 
 // close stops the candidates and releases their proxies and the admin
@@ -321,7 +439,9 @@ func (a *arena) close() {
 	a.stopAll()
 	a.mu.Lock()
 	for _, p := range a.procs {
-		p.proxy.Close()
+		if p.proxy != nil {
+			p.proxy.Close()
+		}
 	}
 	a.mu.Unlock()
 	a.admin.Close()

@@ -21,10 +21,11 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
 	var o options
 	o.flags(fs)
+	o.candidatesFlag(fs)
 	contenders := fs.String("contenders", join(allContenders), "contenders to run")
 	faults := fs.String("faults", join(allFaults), "faults to inject")
 	reps := fs.Int("reps", 20, "runs per contender and fault")
-	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing: about two minutes")
+	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing (unless given): about two minutes")
 	svg := fs.String("svg", "", "write the chart as SVG to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -32,9 +33,9 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	cs, fl := strings.Split(*contenders, ","), strings.Split(*faults, ",")
 	if *quick {
 		cs = slices.DeleteFunc(cs, func(c string) bool { return c == recipe20 })
-		*reps = 1
-		o.tm = timing{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second, WriteEvery: 20 * time.Millisecond}
-		o.limit = 4 * time.Second
+		if err := quickDefaults(fs); err != nil {
+			return err
+		}
 	}
 	if err := known("contender", cs, allContenders); err != nil {
 		return err
@@ -50,7 +51,8 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	fl = faultsFor(srv, fl)
 	res := results{Server: srv.Describe(), Timing: o.tm}
 	for _, c := range cs {
-		if err := benchContender(ctx, &o, srv, c, fl, *reps, &res); err != nil {
+		spec := arenaSpec{contender: c, tm: o.tm, candidates: o.candidates, faults: fl}
+		if err := benchContender(ctx, &o, srv, spec, *reps, &res); err != nil {
 			return err
 		}
 	}
@@ -63,26 +65,41 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	return writeJSON(o.jsonOut, res)
 }
 
-// benchContender runs contender in an arena of its own: its steady-state
-// cost, reps runs of every fault, then the checker; it adds all to res.
-func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, faults []string, reps int, res *results) error {
-	a, err := newArena(ctx, srv, contender, o.tm, o.candidates)
+// quickDefaults gives the flags of -quick that were not given their short
+// values: one run of each fault, short timing.
+func quickDefaults(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, kv := range [][2]string{{"reps", "1"}, {"interval", "100ms"}, {"lease", "1s"}, {"margin", "1s"}, {"limit", "4s"}} {
+		if !given[kv[0]] {
+			if err := fs.Set(kv[0], kv[1]); err != nil {
+				return fmt.Errorf("-quick: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// benchContender runs the arena spec names: its steady-state cost, reps
+// runs of every one of its faults, then the checker; it adds all to res.
+func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, spec arenaSpec, reps int, res *results) error {
+	a, err := newArena(ctx, srv, spec)
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	cost, err := measureSteady(ctx, a, o.candidates)
+	cost, err := measureSteady(ctx, a)
 	if err != nil {
 		return err
 	}
 	res.Costs = append(res.Costs, cost)
-	for _, f := range faults {
+	for _, f := range spec.faults {
 		for i := range reps {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			fmt.Fprintf(os.Stderr, "\r%-14s %-16s %3d/%d", contender, f, i+1, reps)
-			tr, err := a.inject(ctx, f, o.limitFor(contender))
+			fmt.Fprintf(os.Stderr, "\r%-14s ×%-5d %-16s %3d/%d", spec.contender, spec.candidates, f, i+1, reps)
+			tr, err := a.inject(ctx, f, o.limitFor(spec.contender))
 			if err != nil {
 				return err
 			}
@@ -106,18 +123,26 @@ func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, cont
 func printResults(out io.Writer, o *options, res *results) {
 	fmt.Fprintf(out, "%s; interval %v, lease %v, margin %v; %d candidates\n\n", res.Server, o.tm.Interval, o.tm.Lease, o.tm.Margin, o.candidates)
 	printTable(out, res.Summaries, res.Verdicts, res.Costs)
-	for _, v := range res.Verdicts {
+	printViolations(out, res.Verdicts)
+}
+
+// printViolations writes every violation the verdicts found.
+func printViolations(out io.Writer, verdicts []verdict) {
+	for _, v := range verdicts {
 		for _, msg := range v.Violations {
 			fmt.Fprintf(out, "\nVIOLATION (%s): %s", v.Contender, msg)
 		}
 	}
 }
 
-// steady is what an idle election costs the server.
+// steady is what an idle election, or the idle elections of an arena whose
+// candidates run several, costs the server.
 type steady struct {
 	Contender      string  `json:"contender"`
 	Candidates     int     `json:"candidates"`
+	Elections      int     `json:"elections,omitempty"` // per candidate process, if more than one
 	QueriesPerSec  float64 `json:"queries_per_s"`
+	Connections    int     `json:"connections"`
 	ConnsPerCand   float64 `json:"connections_per_candidate"`
 	QueriesPerCand float64 `json:"queries_per_s_per_candidate"`
 	// RoundTripsPerSec adds the prepares to the statements: with the
@@ -126,14 +151,22 @@ type steady struct {
 	RoundTripsPerSec float64 `json:"round_trips_per_s"`
 }
 
-// measureSteady counts the statements and connections of an idle election
-// with the arena's candidates, over five seconds after it has settled.
-func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
-	if _, ok := a.leader(30 * time.Second); !ok {
-		return steady{}, fmt.Errorf("%s: no leader", a.contender)
+// measureSteady counts the statements and connections of the arena's idle
+// elections, over five seconds after they have settled.
+func measureSteady(ctx context.Context, a *arena) (steady, error) {
+	n := len(a.all())
+	if n == 0 {
+		return steady{}, fmt.Errorf("%s: no candidates to measure", a.contender)
 	}
-	if !a.ready(30 * time.Second) {
-		return steady{}, fmt.Errorf("%s: not every candidate process started", a.contender)
+	const settle = 30 * time.Second
+	if _, ok := a.leader(settle); !ok {
+		return steady{}, fmt.Errorf("%s: no acting leader within %v (%s)", a.contender, settle, a.census())
+	}
+	if !a.ready(settle) {
+		return steady{}, fmt.Errorf("%s: not every candidate process started within %v (%s)", a.contender, settle, a.census())
+	}
+	if !a.othersLed(settle) {
+		return steady{}, fmt.Errorf("%s: not every one of the %d elections has had a leader within %v (%s)", a.contender, a.elections, settle, a.census())
 	}
 	// The acting leader's writes are the benchmark's load, not the
 	// election's cost: pause them while counting.
@@ -151,13 +184,18 @@ func measureSteady(ctx context.Context, a *arena, n int) (steady, error) {
 		return steady{}, err
 	}
 	elapsed := time.Since(t0).Seconds()
-	var conns float64
+	var conns int
 	if err := a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = ? AND user <> 'root'", a.db).Scan(&conns); err != nil {
 		return steady{}, err
 	}
 	q := (after - before - 1) / elapsed // 1: the first SHOW STATUS
 	rt := q + (afterPrep-beforePrep)/elapsed
-	return steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n), ConnsPerCand: conns / float64(n), RoundTripsPerSec: rt}, nil
+	s := steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n),
+		Connections: conns, ConnsPerCand: float64(conns) / float64(n), RoundTripsPerSec: rt}
+	if a.elections > 1 {
+		s.Elections = a.elections
+	}
+	return s, nil
 }
 
 // counts are the server's counts of statements (Questions) and of prepares

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -31,8 +32,10 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 		return err
 	}
 	defer srv.Close()
-	p.kinds = faultsFor(srv, p.kinds)
-	a, err := newArena(ctx, srv, p.contender, o.tm, o.candidates)
+	if p.kinds = faultsFor(srv, p.kinds); len(p.kinds) == 0 {
+		return errors.New("no fault to draw from: a server given by -dsn is not restarted")
+	}
+	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds})
 	if err != nil {
 		return err
 	}
@@ -68,6 +71,7 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 func parseChaos(args []string, o *options) (chaosPlan, error) {
 	fs := flag.NewFlagSet("electbench chaos", flag.ContinueOnError)
 	o.flags(fs)
+	o.candidatesFlag(fs)
 	contender := fs.String("contender", libGetLock, "the contender to torture")
 	n := fs.Int("faults", 100, "how many faults to inject")
 	duration := fs.Duration("duration", 0, "stop injecting after this long (0: after -faults)")
@@ -79,7 +83,11 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	if err := known("contender", []string{*contender}, allContenders); err != nil {
 		return chaosPlan{}, err
 	}
-	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: strings.Split(*faults, ","), seed: *seed}, nil
+	kinds := strings.Split(*faults, ",")
+	if err := known("fault", kinds, allFaults); err != nil {
+		return chaosPlan{}, err
+	}
+	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed}, nil
 }
 
 // torture injects faults drawn at random from the plan's kinds, at random

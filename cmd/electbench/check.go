@@ -47,7 +47,7 @@ func check(ctx context.Context, a *arena) (verdict, error) {
 		return v, err
 	}
 	v.Writes = len(ws)
-	fenced := a.contender == libGetLock || a.contender == libLease
+	fenced := isLibrary(a.contender)
 	checkWrites(a, ws, fenced, &v)
 	checkEvents(a, fenced, &v)
 	if v.Lost = max(0, v.Acked-v.Writes); v.Lost > 0 {

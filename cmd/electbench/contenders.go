@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -29,6 +30,9 @@ const (
 
 var allContenders = []string{libGetLock, libLease, recipe20, recipeSame, plainGetLock}
 
+// isLibrary reports whether contender is this library's.
+func isLibrary(contender string) bool { return contender == libGetLock || contender == libLease }
+
 // candidateMain is the candidate subcommand: the arena starts one per
 // candidate with the contest's timing; it runs until SIGTERM.
 func candidateMain(ctx context.Context, args []string) error {
@@ -36,6 +40,7 @@ func candidateMain(ctx context.Context, args []string) error {
 	contender := fs.String("contender", libGetLock, "")
 	id := fs.String("id", "", "")
 	dsn := fs.String("dsn", "", "")
+	elections := fs.Int("elections", 1, "")
 	var tm timing
 	fs.DurationVar(&tm.Interval, "interval", time.Second, "")
 	fs.DurationVar(&tm.Lease, "lease", 5*time.Second, "")
@@ -45,11 +50,15 @@ func candidateMain(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return runCandidate(ctx, *contender, *id, *dsn, tm)
+	if *elections != 1 && !isLibrary(*contender) {
+		return fmt.Errorf("-elections %d: only this library's contenders run several elections", *elections)
+	}
+	return runCandidate(ctx, *contender, *id, *dsn, tm, *elections)
 }
 
-// runCandidate runs contender as candidate id on dsn until ctx ends.
-func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) error {
+// runCandidate runs contender as candidate id on dsn until ctx ends; a
+// library contender in elections elections.
+func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, elections int) error {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return err
@@ -60,7 +69,7 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) err
 	c.emit(event{Ev: "ready"})
 	switch contender {
 	case libGetLock, libLease:
-		return c.library(ctx, contender)
+		return c.library(ctx, contender, elections)
 	case recipe20:
 		return c.recipe(ctx, 20)
 	case recipeSame:
@@ -73,13 +82,16 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing) err
 
 // event is one line a candidate process prints.
 type event struct {
-	Ev     string `json:"ev"` // ready (obeys sigQuiet), start, end, write
-	ID     string `json:"id"`
-	Term   string `json:"term"`
-	Token  uint64 `json:"token,omitempty"`
-	OK     bool   `json:"ok,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	At     int64  `json:"at"` // Unix ns; all processes share the machine's clock
+	// ready (obeys sigQuiet), start, end, write; other-start: a term of
+	// one of the elections beyond the first began (candidate -elections).
+	Ev       string `json:"ev"`
+	ID       string `json:"id"`
+	Election string `json:"election,omitempty"` // only for other-start
+	Term     string `json:"term"`
+	Token    uint64 `json:"token,omitempty"`
+	OK       bool   `json:"ok,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	At       int64  `json:"at"` // Unix ns; all processes share the machine's clock
 }
 
 // candidate runs one contender in this process until ctx ends, printing
@@ -136,35 +148,73 @@ func write(ctx context.Context, tx *sql.Tx, holder, term string, token uint64) e
 	return err
 }
 
-// library runs this library's elector; every write is fenced.
-func (c *candidate) library(ctx context.Context, contender string) error {
+// library runs this library's electors, all on the candidate's one
+// *sql.DB: one in the election "bench", whose terms write, fenced, and with
+// elections > 1 one each in "bench-1" and on, whose terms only hold. An
+// elector that fails ends them all.
+func (c *candidate) library(ctx context.Context, contender string, elections int) error {
 	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin, CheckInterval: c.tm.Check}
 	if contender == libLease {
 		cfg.Strategy = election.LeaseRow
 	}
-	e, err := election.New(c.db, "bench", cfg)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, max(1, elections))
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() {
+			name, lead := "bench", c.writeFenced
+			if i > 0 {
+				name = fmt.Sprintf("bench-%d", i)
+				lead = func(ctx context.Context, t *election.Term) { c.hold(ctx, name, t) }
+			}
+			errs[i] = c.elect(ctx, name, cfg, lead)
+			cancel()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// elect runs one elector in the election name until ctx ends or it fails;
+// lead is each term.
+func (c *candidate) elect(ctx context.Context, name string, cfg election.Config, lead func(context.Context, *election.Term)) error {
+	e, err := election.New(c.db, name, cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("election %s: %w", name, err)
 	}
 	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
-		term := fmt.Sprint(t.Token())
-		c.emit(event{Ev: "start", Term: term, Token: t.Token()})
-		for ctx.Err() == nil {
-			if !c.quiet.Load() {
-				err := t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token()) })
-				if err == nil || ctx.Err() == nil {
-					c.emit(event{Ev: "write", Term: term, OK: err == nil})
-				}
-			}
-			sleep(ctx, c.tm.WriteEvery)
-		}
-		c.emit(event{Ev: "end", Term: term, Reason: fmt.Sprint(t.Err())})
+		lead(ctx, t)
 		return nil
 	})
-	if ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil {
 		return nil
 	}
-	return err
+	return fmt.Errorf("election %s: %w", name, err)
+}
+
+// writeFenced is a term of the election the arena watches: it writes,
+// fenced, every WriteEvery until the term ends.
+func (c *candidate) writeFenced(ctx context.Context, t *election.Term) {
+	term := fmt.Sprint(t.Token())
+	c.emit(event{Ev: "start", Term: term, Token: t.Token()})
+	for ctx.Err() == nil {
+		if !c.quiet.Load() {
+			err := t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token()) })
+			if err == nil || ctx.Err() == nil {
+				c.emit(event{Ev: "write", Term: term, OK: err == nil})
+			}
+		}
+		sleep(ctx, c.tm.WriteEvery)
+	}
+	c.emit(event{Ev: "end", Term: term, Reason: fmt.Sprint(t.Err())})
+}
+
+// hold is a term of one of the other elections: it only says it began and
+// lasts until it ends.
+func (c *candidate) hold(ctx context.Context, name string, t *election.Term) {
+	c.emit(event{Ev: "other-start", Election: name, Term: fmt.Sprint(t.Token()), Token: t.Token()})
+	<-ctx.Done()
 }
 
 // acting is a hand-rolled leader's belief that it leads, and the writes it

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election/internal/mysqltest"
 )
@@ -32,6 +35,13 @@ func faultsFor(srv *mysqltest.Server, faults []string) []string {
 	return faults
 }
 
+// isolating reports whether any of faults must reach the leader's
+// connections alone (a blackhole, a reset, KILL CONNECTION of its user), so
+// that every candidate needs its own fault proxy and database user.
+func isolating(faults []string) bool {
+	return slices.ContainsFunc(faults, func(f string) bool { return f == fBlackH || f == fReset || f == fKillConn })
+}
+
 // trial is the outcome of one injected fault.
 type trial struct {
 	Contender string  `json:"contender"`
@@ -41,10 +51,14 @@ type trial struct {
 	NoLeader  bool    `json:"no_leader_before"` // nobody led within the limit before the fault
 }
 
-// inject applies fault to the current leader, waits for the next acting
-// leader, heals, and returns the trial.
+// inject applies fault, one of the arena's, to the current leader, waits
+// for the next acting leader, heals, and returns the trial.
 func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (trial, error) {
 	tr := trial{Contender: a.contender, Fault: fault, FailoverS: -1, KnewS: -1}
+	if !slices.Contains(a.faults, fault) {
+		// It may need the proxies and users the arena did not make.
+		return tr, fmt.Errorf("%s: fault %s is not one of the arena's (%s)", a.contender, fault, join(a.faults))
+	}
 	old, ok := a.leader(limit)
 	if !ok {
 		// A contender that left a zombie leader, or none, after the last
@@ -52,6 +66,10 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 		tr.NoLeader = true
 		return tr, nil
 	}
+	// What is pending now came before this fault and says nothing about
+	// it (the leader check has seen it all); dropping it keeps pending
+	// from growing over a long chaos run.
+	a.pending = nil
 	p := a.proc(old.ID)
 	t0 := time.Now()
 	if err := a.strike(ctx, fault, p); err != nil {
@@ -100,21 +118,40 @@ func (a *arena) strike(ctx context.Context, fault string, p *proc) error {
 // killConnections ends every session of user on the server, as an
 // operator's KILL CONNECTION would.
 func (a *arena) killConnections(ctx context.Context, user string) error {
-	rows, err := a.admin.QueryContext(ctx, "SELECT id FROM information_schema.PROCESSLIST WHERE user = ?", user)
+	ids, err := a.sessions(ctx, user)
 	if err != nil {
 		return err
 	}
+	for _, id := range ids {
+		_, err := a.admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		var me *mysql.MySQLError
+		// A session that ended since it was listed is no failure.
+		if err != nil && !(errors.As(err, &me) && me.Number == erNoSuchThread) {
+			return fmt.Errorf("killing session %d of %s: %w", id, user, err)
+		}
+	}
+	return nil
+}
+
+// erNoSuchThread is the server's error for KILL of an unknown session.
+const erNoSuchThread = 1094
+
+// sessions lists the ids of user's sessions on the server.
+func (a *arena) sessions(ctx context.Context, user string) ([]int64, error) {
+	rows, err := a.admin.QueryContext(ctx, "SELECT id FROM information_schema.PROCESSLIST WHERE user = ?", user)
+	if err != nil {
+		return nil, fmt.Errorf("listing the sessions of %s: %w", user, err)
+	}
+	defer rows.Close()
 	var ids []int64
 	for rows.Next() {
 		var id int64
-		rows.Scan(&id)
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("listing the sessions of %s: %w", user, err)
+		}
 		ids = append(ids, id)
 	}
-	rows.Close()
-	for _, id := range ids {
-		a.admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
-	}
-	return nil
+	return ids, rows.Err()
 }
 
 // heal undoes fault on p: a killed candidate is started again, a stopped
@@ -122,7 +159,7 @@ func (a *arena) killConnections(ctx context.Context, user string) error {
 func (a *arena) heal(ctx context.Context, fault string, p *proc) error {
 	switch fault {
 	case fSIGKILL, fSIGTERM:
-		p.cmd.Wait()
+		p.wait()
 		return a.spawn(ctx, p.id)
 	case fSIGSTOP:
 		p.cmd.Process.Signal(syscall.SIGCONT)

@@ -2,15 +2,17 @@
 // real faults: this library's GetLock and LeaseRow strategies against the
 // single-row timeout recipe (at its published 20 s and at our lease) and
 // against GET_LOCK as commonly hand-rolled. Candidates are separate
-// processes, each behind its own TCP fault proxy and database user, so that
-// SIGKILL, SIGTERM, SIGSTOP, a blackhole, a connection reset and KILL
-// CONNECTION hit the leader alone; a server restart hits everyone. Every
-// acting leader writes a row every few milliseconds (fenced for this
-// library), and a checker reads the history afterwards.
+// processes, so that SIGKILL, SIGTERM and SIGSTOP hit the leader alone; when
+// the faults include a blackhole, a connection reset or KILL CONNECTION,
+// each is behind its own TCP fault proxy and database user, so that these
+// do too. A server restart hits everyone. Every acting leader writes a row
+// every few milliseconds (fenced for this library), and a checker reads the
+// history afterwards.
 //
 //	electbench                      the full comparison (20 runs per fault)
 //	electbench -quick               every contender and fault once, in about two minutes
 //	electbench chaos -faults 1000   random faults against one contender, then the checker
+//	electbench scale                cost and SIGKILL failover at 3 and at 1000 candidates, and 100 elections per process
 //	electbench report -svg c.svg a.json b.json   one table and chart from several runs
 //
 // It starts a private MariaDB/MySQL from PATH, or uses -dsn (whose user must
@@ -25,12 +27,14 @@
 // the report summarizes.
 //
 //   - main.go: this overview, the subcommand dispatch and the options the
-//     comparison and chaos share.
+//     comparison, chaos and scale share.
 //   - contenders.go: what runs inside a candidate process (the candidate
-//     subcommand): this library's strategies, the timeout recipe and plain
-//     GET_LOCK, each printing its terms and writes as JSON events.
+//     subcommand): this library's strategies, in one election or in several
+//     on one *sql.DB, the timeout recipe and plain GET_LOCK, each printing
+//     its terms and writes as JSON events.
 //   - arena.go: the parent's side of the candidates: their database, users,
-//     fault proxies and processes, their events, and who leads.
+//     fault proxies (only when a fault needs them) and processes, their
+//     events, and who leads.
 //   - faults.go: the faults and what injecting one into the leader does,
 //     how the parent waits for the next leader, and how it heals.
 //   - check.go: the checker, which reads the writes and events after the
@@ -38,8 +42,12 @@
 //   - report.go: summaries, the tables, the SVG chart, the JSON files and the
 //     report subcommand that merges the JSON of several runs.
 //   - bench.go: the comparison (the default subcommand): every contender
-//     against every fault, and the steady-state cost of an idle election.
+//     against every fault, and the steady-state cost of an idle election;
+//     its run of one arena (benchContender) serves scale too.
 //   - chaos.go: the chaos subcommand: random faults against one contender.
+//   - scale.go: the scale subcommand: how the steady cost and the SIGKILL
+//     failover grow from a few candidates to many, against the goals, and
+//     what many elections in each process cost.
 package main
 
 import (
@@ -59,8 +67,8 @@ import (
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
-// main runs the subcommand named first (candidate, chaos, report), or the
-// comparison.
+// main runs the subcommand named first (candidate, chaos, scale, report),
+// or the comparison.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,6 +78,8 @@ func main() {
 		err = candidateMain(ctx, os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "chaos":
 		err = chaosMain(ctx, os.Args[2:], os.Stdout)
+	case len(os.Args) > 1 && os.Args[1] == "scale":
+		err = scaleMain(ctx, os.Args[2:], os.Stdout)
 	case len(os.Args) > 1 && os.Args[1] == "report":
 		err = reportMain(os.Args[2:], os.Stdout)
 	default:
@@ -87,7 +97,7 @@ type timing struct {
 	Check                               time.Duration // this library's CheckInterval (0: Interval)
 }
 
-// options are the flags the comparison and chaos share.
+// options are the flags the comparison, chaos and scale share.
 type options struct {
 	dsn        string
 	tm         timing
@@ -97,7 +107,8 @@ type options struct {
 	verbose    bool
 }
 
-// flags registers the shared options on fs.
+// flags registers the shared options on fs, but for -candidates
+// (candidatesFlag), which scale replaces with its sizes.
 func (o *options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.dsn, "dsn", "", "use this server instead of a private one (root-like user; no restart fault)")
 	fs.DurationVar(&o.tm.Interval, "interval", 200*time.Millisecond, "keepalive and poll interval of every contender")
@@ -105,10 +116,14 @@ func (o *options) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.tm.Margin, "margin", time.Second, "margin of this library's contenders; the recipe-lease contender times out after lease+margin")
 	fs.DurationVar(&o.tm.WriteEvery, "write-every", 20*time.Millisecond, "how often an acting leader writes")
 	fs.DurationVar(&o.tm.Check, "check-interval", 0, "how long this library's waiters block in GET_LOCK or between lease tries (0: -interval); raise it for many candidates")
-	fs.IntVar(&o.candidates, "candidates", 3, "candidate processes per contender")
 	fs.DurationVar(&o.limit, "limit", 0, "how long to wait for a new leader after a fault (0: 2×(lease+margin)+2s, and 25s for recipe-20s)")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every trial")
+}
+
+// candidatesFlag registers -candidates on fs.
+func (o *options) candidatesFlag(fs *flag.FlagSet) {
+	fs.IntVar(&o.candidates, "candidates", 3, "candidate processes per contender")
 }
 
 // limitFor is how long to wait for a new leader of contender after a fault.

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +63,7 @@ func TestCheckerFindsViolations(t *testing.T) {
 	}
 	defer srv.Close()
 	ctx := context.Background()
-	a, err := newArena(ctx, srv, libGetLock, timing{Interval: time.Second, Lease: 5 * time.Second, Margin: time.Second, WriteEvery: time.Second}, 0)
+	a, err := newArena(ctx, srv, arenaSpec{contender: libGetLock, tm: timing{Interval: time.Second, Lease: 5 * time.Second, Margin: time.Second, WriteEvery: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +97,80 @@ func TestCheckerFindsViolations(t *testing.T) {
 		if !strings.Contains(v.Violations[i], want) {
 			t.Fatalf("violation %d: %q, want %q", i, v.Violations[i], want)
 		}
+	}
+}
+
+// -quick shortens only the timing flags that were not given, and chaos
+// refuses fault kinds it does not know.
+func TestFlags(t *testing.T) {
+	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
+	var o options
+	o.flags(fs)
+	reps := fs.Int("reps", 20, "")
+	if err := fs.Parse([]string{"-lease", "3s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := quickDefaults(fs); err != nil {
+		t.Fatal(err)
+	}
+	if o.tm.Lease != 3*time.Second || o.tm.Interval != 100*time.Millisecond || o.limit != 4*time.Second || *reps != 1 {
+		t.Errorf("-quick -lease 3s: timing %+v, limit %v, reps %d", o.tm, o.limit, *reps)
+	}
+	if _, err := parseChaos([]string{"-fault-kinds", "sigkill,sigkil"}, &options{}); err == nil || !strings.Contains(err.Error(), `unknown fault "sigkil"`) {
+		t.Errorf("chaos -fault-kinds sigkill,sigkil: %v", err)
+	}
+}
+
+// A small scale run: a library contender and plain GET_LOCK with 2 and 6
+// candidates, one SIGKILL each, and 2 processes in 3 elections each; the
+// table has the ratios against the goals, and every arena was measured.
+func TestScale(t *testing.T) {
+	jsonOut := t.TempDir() + "/scale.json"
+	var out bytes.Buffer
+	err := scaleMain(context.Background(), []string{"-contenders", "getlock,plain-getlock", "-small", "2", "-large", "6", "-reps", "1", "-elections", "3",
+		"-interval", "100ms", "-lease", "1s", "-margin", "1s", "-limit", "5s", "-json", jsonOut}, &out)
+	if err != nil {
+		t.Fatalf("scale: %v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	for _, c := range []string{libGetLock, plainGetLock} {
+		line := regexp.MustCompile(`(?m)^` + c + ` +2 → 6 +[0-9.]+× \(goal ≤ 1\.5×, (met|MISSED)\) +[0-9.]+× \(no goal\) +[0-9.]+× \(goal ≤ 2×, (met|MISSED)\)$`)
+		if !line.MatchString(out.String()) {
+			t.Errorf("no ratio line for %s", c)
+		}
+	}
+	if !strings.Contains(out.String(), "ELECTIONS EACH") {
+		t.Error("no table of many elections per process")
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res scaleResults
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 2 || res.Runs[0].Many == nil || res.Runs[1].Many != nil {
+		t.Fatalf("runs: %+v", res.Runs)
+	}
+	for _, r := range res.Runs {
+		for _, p := range []scalePoint{r.Small, r.Large} {
+			if c := p.Cost; c.Connections < c.Candidates || c.QueriesPerSec <= 0 || c.RoundTripsPerSec < c.QueriesPerSec {
+				t.Errorf("%s with %d candidates: cost %+v", r.Contender, c.Candidates, c)
+			}
+			if f := p.Failover; f == nil || f.Runs != 1 || f.NoFail != 0 || f.P50 <= 0 {
+				t.Errorf("%s with %d candidates: failover %+v", r.Contender, p.Cost.Candidates, f)
+			}
+			if len(p.Verdict.Violations) > 0 && isLibrary(r.Contender) {
+				t.Errorf("%s: %v", r.Contender, p.Verdict.Violations)
+			}
+		}
+		if r.StatementsRatio <= 0 || r.RoundTripsRatio <= 0 || r.FailoverP50Ratio <= 0 {
+			t.Errorf("%s: ratios %+v", r.Contender, r)
+		}
+	}
+	// GetLock pins a session per elector: at least one per election and process.
+	if c := res.Runs[0].Many.Cost; c.Elections != 3 || c.Candidates != 2 || c.Connections < 6 || c.QueriesPerSec <= 0 {
+		t.Errorf("many elections: %+v", c)
 	}
 }

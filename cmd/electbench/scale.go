@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sqlelect/election/internal/mysqltest"
+)
+
+// The goals of the scale issue, as ratios of -large to -small candidates.
+const (
+	goalStatements = 1.5 // statements/s of the idle election
+	goalFailover   = 2   // median SIGKILL failover
+)
+
+// scaleResults are what the scale subcommand writes to -json.
+type scaleResults struct {
+	Server string     `json:"server"`
+	Timing timing     `json:"timing"`
+	Runs   []scaleRun `json:"contenders"`
+}
+
+// scaleRun is one contender's arenas: -small and -large candidates, and
+// -small candidates in -elections elections each, with the ratios of large
+// to small (-1: not measured).
+type scaleRun struct {
+	Contender        string      `json:"contender"`
+	Small            scalePoint  `json:"small"`
+	Large            scalePoint  `json:"large"`
+	Many             *scalePoint `json:"many_elections,omitempty"`
+	StatementsRatio  float64     `json:"statements_ratio"`
+	RoundTripsRatio  float64     `json:"round_trips_ratio"`
+	FailoverP50Ratio float64     `json:"failover_p50_ratio"`
+}
+
+// scalePoint is one arena's run: its idle cost, its SIGKILL failovers (none
+// for several elections per process), the checker's verdict, and how long
+// the arena ran, from its first spawn to its last stop.
+type scalePoint struct {
+	Cost     steady   `json:"steady_state"`
+	Failover *summary `json:"sigkill,omitempty"`
+	Verdict  verdict  `json:"verdict"`
+	TookS    float64  `json:"took_s"`
+}
+
+// scaleMain is the scale subcommand: for each contender, the idle cost and
+// reps SIGKILL failovers with -small and with -large candidate processes,
+// and their ratios against the goals; for this library's contenders also
+// the idle cost of -small processes that each are a candidate in
+// -elections elections on one *sql.DB.
+func scaleMain(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("electbench scale", flag.ContinueOnError)
+	var o options
+	o.flags(fs)
+	contenders := fs.String("contenders", join([]string{libGetLock, plainGetLock, libLease}), "contenders to run")
+	small := fs.Int("small", 3, "candidate processes of the small arena")
+	large := fs.Int("large", 1000, "candidate processes of the large arena")
+	reps := fs.Int("reps", 5, "SIGKILL failovers per arena")
+	elections := fs.Int("elections", 100, "elections each of -small processes is a candidate in, in one more arena per library contender (1: no such arena)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cs := strings.Split(*contenders, ",")
+	if err := known("contender", cs, allContenders); err != nil {
+		return err
+	}
+	if *small < 1 || *large < 1 || *reps < 1 || *elections < 1 {
+		return errors.New("-small, -large, -reps and -elections must be at least 1")
+	}
+	srv, err := o.server(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	res := scaleResults{Server: srv.Describe(), Timing: o.tm}
+	var failed error
+	for _, c := range cs {
+		run, err := scaleContender(ctx, &o, srv, c, *small, *large, *reps, *elections)
+		if err != nil {
+			failed = err
+			break
+		}
+		res.Runs = append(res.Runs, run)
+	}
+	fmt.Fprintln(os.Stderr)
+	// A long run that fails late still reports the contenders it finished.
+	if len(res.Runs) > 0 {
+		printScale(out, &res)
+		if err := writeJSON(o.jsonOut, res); err != nil {
+			return errors.Join(failed, err)
+		}
+	}
+	return failed
+}
+
+// scaleContender runs contender's arenas, one after the other.
+func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, small, large, reps, elections int) (scaleRun, error) {
+	run := scaleRun{Contender: contender}
+	sigkills := func(n int) arenaSpec {
+		return arenaSpec{contender: contender, tm: o.tm, candidates: n, faults: []string{fSIGKILL}}
+	}
+	var err error
+	if run.Small, err = scaleArena(ctx, o, srv, sigkills(small), reps); err != nil {
+		return run, err
+	}
+	if run.Large, err = scaleArena(ctx, o, srv, sigkills(large), reps); err != nil {
+		return run, err
+	}
+	if elections > 1 && isLibrary(contender) {
+		many, err := scaleArena(ctx, o, srv, arenaSpec{contender: contender, tm: o.tm, candidates: small, elections: elections}, 0)
+		if err != nil {
+			return run, err
+		}
+		run.Many = &many
+	}
+	run.StatementsRatio = ratio(run.Large.Cost.QueriesPerSec, run.Small.Cost.QueriesPerSec)
+	run.RoundTripsRatio = ratio(run.Large.Cost.RoundTripsPerSec, run.Small.Cost.RoundTripsPerSec)
+	run.FailoverP50Ratio = ratio(run.Large.Failover.P50, run.Small.Failover.P50)
+	return run, nil
+}
+
+// scaleArena runs the arena spec names, as the comparison does, with reps
+// of each of its faults.
+func scaleArena(ctx context.Context, o *options, srv *mysqltest.Server, spec arenaSpec, reps int) (scalePoint, error) {
+	start := time.Now()
+	var res results
+	if err := benchContender(ctx, o, srv, spec, reps, &res); err != nil {
+		return scalePoint{}, fmt.Errorf("%s with %d candidates: %w", spec.contender, spec.candidates, err)
+	}
+	p := scalePoint{Cost: res.Costs[0], Verdict: res.Verdicts[0], TookS: time.Since(start).Seconds()}
+	if sums := summarize(res.Trials); len(sums) > 0 {
+		p.Failover = &sums[0]
+	}
+	return p, nil
+}
+
+// ratio is large/small; -1 when either was not measured.
+func ratio(large, small float64) float64 {
+	if large < 0 || small <= 0 {
+		return -1
+	}
+	return large / small
+}
+
+// printScale writes the scale subcommand's setting and tables: each arena,
+// the ratios against the goals, the arenas of many elections per process,
+// and every violation.
+func printScale(w io.Writer, res *scaleResults) {
+	tm := res.Timing
+	fmt.Fprintf(w, "%s; interval %v, lease %v, margin %v, check interval %v\n\n", res.Server, tm.Interval, tm.Lease, tm.Margin, tm.Check)
+	var verdicts []verdict
+	tw := newTable(w, "CONTENDER\tCANDIDATES\tSTATEMENTS/S\tROUND TRIPS/S\tCONNECTIONS\tPER CANDIDATE\tSIGKILL FAILOVER p50\tp95\tRUNS\tNO FAILOVER\tVIOLATIONS\tTOOK")
+	for _, r := range res.Runs {
+		for _, p := range []scalePoint{r.Small, r.Large} {
+			c, f := p.Cost, p.Failover
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%d\t%.2f\t%s\t%s\t%d\t%d\t%d\t%s\n", c.Contender, c.Candidates, c.QueriesPerSec, c.RoundTripsPerSec,
+				c.Connections, c.ConnsPerCand, secs(f.P50), secs(f.P95), f.Runs, f.NoFail, len(p.Verdict.Violations), took(p.TookS))
+			verdicts = append(verdicts, p.Verdict)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = newTable(w, "CONTENDER\tCANDIDATES\tSTATEMENTS/S RATIO\tROUND TRIPS/S RATIO\tSIGKILL FAILOVER p50 RATIO")
+	for _, r := range res.Runs {
+		fmt.Fprintf(tw, "%s\t%d → %d\t%s\t%s\t%s\n", r.Contender, r.Small.Cost.Candidates, r.Large.Cost.Candidates,
+			against(r.StatementsRatio, goalStatements), against(r.RoundTripsRatio, 0), against(r.FailoverP50Ratio, goalFailover))
+	}
+	tw.Flush()
+	var many []*scalePoint
+	for _, r := range res.Runs {
+		if r.Many != nil {
+			many = append(many, r.Many)
+		}
+	}
+	if len(many) > 0 {
+		fmt.Fprintln(w)
+		tw = newTable(w, "CONTENDER\tPROCESSES\tELECTIONS EACH\tCONNECTIONS\tPER PROCESS\tSTATEMENTS/S\tPER ELECTION\tROUND TRIPS/S\tPER ELECTION\tVIOLATIONS\tTOOK")
+		for _, p := range many {
+			c, k := p.Cost, float64(p.Cost.Elections)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.2f\t%.1f\t%.2f\t%d\t%s\n", c.Contender, c.Candidates, c.Elections, c.Connections, c.ConnsPerCand,
+				c.QueriesPerSec, c.QueriesPerSec/k, c.RoundTripsPerSec, c.RoundTripsPerSec/k, len(p.Verdict.Violations), took(p.TookS))
+			verdicts = append(verdicts, p.Verdict)
+		}
+		tw.Flush()
+	}
+	printViolations(w, verdicts)
+}
+
+// against formats a ratio with its goal, if it has one, and whether it is
+// met.
+func against(x, goal float64) string {
+	switch {
+	case x < 0:
+		return "-"
+	case goal == 0:
+		return fmt.Sprintf("%.2f× (no goal)", x)
+	case x <= goal:
+		return fmt.Sprintf("%.2f× (goal ≤ %g×, met)", x, goal)
+	}
+	return fmt.Sprintf("%.2f× (goal ≤ %g×, MISSED)", x, goal)
+}
+
+// took formats how long an arena ran.
+func took(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
