@@ -231,7 +231,7 @@ func (c Config) validate() error {
 		// Waiters check for hung leaders and refresh their rows between
 		// waits: longer than the lease, dead candidates look alive and a
 		// hung leader goes unnoticed.
-		return bad("CheckInterval %v is longer than Lease %v: waiters would look for hung leaders too rarely; lower it (default: Interval)", c.CheckInterval, c.Lease)
+		return bad("CheckInterval %v is longer than Lease %v: the deputy would look for hung leaders too rarely; lower it (default: Interval)", c.CheckInterval, c.Lease)
 	case c.waitTimeout() > maxWaitTimeout:
 		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
 	case c.HistoryLimit < 1:
