@@ -89,7 +89,7 @@ type Config struct {
 	// watches the leader for the others (GetLock), looks for a leader that
 	// hangs or ignores a demotion, and how often a LeaseRow candidate tries
 	// the lease. Other GetLock waiters send nothing while they wait: they
-	// block in GET_LOCK for up to five minutes at a time, so a DSN
+	// block in GET_LOCK for up to an hour at a time, so a DSN
 	// readTimeout, if one is set, must be longer. Default Interval; at most
 	// Lease.
 	CheckInterval time.Duration

@@ -27,11 +27,15 @@ type getLock struct {
 	kills, killsDenied *atomic.Uint64 // the Elector's Stats
 }
 
-// queueWait bounds one wait of a candidate queued behind the deputy. It only
-// bounds how long a candidate cut off from the server may believe it waits:
-// the deputy's end (crash, wait_timeout, kill, or a win) grants the lock at
-// once to the next in the queue. A DSN readTimeout, if set, must be longer.
-const queueWait = 5 * time.Minute
+// queueWait bounds one wait of a candidate queued behind the deputy, the
+// only statement it sends while it waits: a thousand queued candidates cost
+// less than a statement per second. The wait needs no bound to hand over:
+// the deputy's end (a crash, wait_timeout, a kill, or a win) grants the
+// deputy lock at once to the next in the queue, and the server ends the wait
+// of a client that closed its connection. A DSN readTimeout, if set, must be
+// longer (the driver's TCP keepalives keep the quiet connection open through
+// NATs and load balancers).
+const queueWait = time.Hour
 
 // pinned is one candidate's own server session. Lock, keepalive and
 // ownership statements run only here: through the pool, database/sql would
@@ -164,7 +168,7 @@ func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (
 	case err != nil && wait > time.Second && time.Since(began) >= time.Second:
 		// The driver ends a read after the DSN's readTimeout as it ends a
 		// lost connection: say what the wait was.
-		return false, fmt.Errorf("%w: waiting %v for the lock (a DSN readTimeout must exceed this wait): %w", ErrSessionLost, wait, err)
+		return false, fmt.Errorf("%w: waiting up to %v for a lock (if the DSN sets readTimeout, it must exceed this wait): %w", ErrSessionLost, wait, err)
 	case err != nil:
 		return false, fmt.Errorf("%w: waiting for the lock: %w", ErrSessionLost, err)
 	case !got.Valid:

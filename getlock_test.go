@@ -452,3 +452,22 @@ func TestIdentityInUse(t *testing.T) {
 		t.Fatalf("second candidate with the same identity: %v, want ErrIdentityInUse naming Config.Identity", err)
 	}
 }
+
+// A DSN readTimeout shorter than a queued candidate's wait ends the wait;
+// the error says what to change.
+func TestReadTimeoutBelowTheQueueWait(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	dbName := dbNameOf(t, db)
+	ctx := ctxFor(t, time.Minute)
+	ops := newOperator(t, db, "read-timeout")
+	await(t, campaign(ctx, newElector(t, election.GetLock, db, "read-timeout", "leader")), 10*time.Second)
+	campaign(ctx, newElector(t, election.GetLock, server.Open(t, dbName), "read-timeout", "deputy"))
+	waitFor(t, "the deputy to join", 20*time.Second, func() bool { return liveCandidates(t, ops)["deputy"] })
+	cfg := server.Config(dbName)
+	cfg.ReadTimeout = time.Second
+	_, err := newElector(t, election.GetLock, openDSN(t, cfg.FormatDSN()), "read-timeout", "queued").Campaign(ctx)
+	if !errors.Is(err, election.ErrSessionLost) || !strings.Contains(err.Error(), "readTimeout") {
+		t.Fatalf("queued candidate with readTimeout=1s: %v, want ErrSessionLost naming readTimeout", err)
+	}
+}

@@ -120,7 +120,8 @@ func (o *Operator) Demote(ctx context.Context) (killed bool, err error) {
 // Handover asks the current leader to step down for the live candidate
 // named identity: other candidates that win the lock while the hand-over is
 // pending give it back. It refuses with ErrNotCandidate, changing nothing,
-// unless identity is a live candidate. It returns as Demote does; the
+// unless identity is a live candidate: one that campaigns now (under Run, a
+// candidate that was just demoted steps aside for a moment first). It returns as Demote does; the
 // target then leads as soon as it wins the lock.
 func (o *Operator) Handover(ctx context.Context, identity string) (killed bool, err error) {
 	if err := validIdentity(identity); err != nil {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -168,6 +169,17 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	if !a.othersLed(settle) {
 		return steady{}, fmt.Errorf("%s: not every one of the %d elections has had a leader within %v (%s)", a.contender, a.elections, settle, a.census())
 	}
+	// Every candidate holds a session once it has joined: with many
+	// candidates the last ones are still joining when the first leads, and
+	// their joins are not the idle cost.
+	if !a.await(settle, func() bool { return a.sessionCount(ctx) >= n }) {
+		return steady{}, fmt.Errorf("%s: fewer than %d sessions within %v (%s)", a.contender, n, settle, a.census())
+	}
+	// Nor are the statements of the joins that follow: wait until the rate
+	// holds still over two windows.
+	if err := a.steadyRate(ctx, settle); err != nil {
+		return steady{}, err
+	}
 	// The acting leader's writes are the benchmark's load, not the
 	// election's cost: pause them while counting.
 	a.signalAll(sigQuiet)
@@ -184,10 +196,7 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 		return steady{}, err
 	}
 	elapsed := time.Since(t0).Seconds()
-	var conns int
-	if err := a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = ? AND user <> 'root'", a.db).Scan(&conns); err != nil {
-		return steady{}, err
-	}
+	conns := a.sessionCount(ctx)
 	q := (after - before - 1) / elapsed // 1: the first SHOW STATUS
 	rt := q + (afterPrep-beforePrep)/elapsed
 	s := steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n),
@@ -196,6 +205,36 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 		s.Elections = a.elections
 	}
 	return s, nil
+}
+
+// steadyRate waits, up to limit, until the server's statement rate over
+// two seconds is within a fifth of the two seconds before.
+func (a *arena) steadyRate(ctx context.Context, limit time.Duration) error {
+	prev := -1.0
+	for end := time.Now().Add(limit); time.Now().Before(end); {
+		q0, _, err := counts(ctx, a.admin)
+		if err != nil {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+		q1, _, err := counts(ctx, a.admin)
+		if err != nil {
+			return err
+		}
+		rate := (q1 - q0 - 1) / 2
+		if prev >= 0 && math.Abs(rate-prev) <= prev/5+1 {
+			return nil
+		}
+		prev = rate
+	}
+	return fmt.Errorf("%s: the statement rate did not settle within %v (%s)", a.contender, limit, a.census())
+}
+
+// sessionCount counts the candidates' sessions on the server (-1 if it cannot).
+func (a *arena) sessionCount(ctx context.Context) int {
+	conns := -1
+	a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = ? AND user <> 'root'", a.db).Scan(&conns)
+	return conns
 }
 
 // counts are the server's counts of statements (Questions) and of prepares
