@@ -114,7 +114,10 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	}
 	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock}}
 	w := cfg.waitTimeout()
-	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d", w, 2*w, 2*w)
+	// A queued candidate waits up to queueWait in one statement: MariaDB's
+	// max_statement_time, which a DBA may set globally, must not cut it
+	// off (the executable comment is MariaDB's; other servers skip it).
+	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d /*M!100108 , max_statement_time = 0 */", w, 2*w, 2*w)
 	if _, err := conn.ExecContext(ctx, setup); err != nil {
 		s.close()
 		return nil, fmt.Errorf("election: setting up the session: %w", err)

@@ -471,3 +471,28 @@ func TestReadTimeoutBelowTheQueueWait(t *testing.T) {
 		t.Fatalf("queued candidate with readTimeout=1s: %v, want ErrSessionLost naming readTimeout", err)
 	}
 }
+
+// A queued candidate waits in one long statement: a global
+// max_statement_time (MariaDB), which a DBA may set, does not cut it off.
+// Not parallel: it changes a global variable, and parallel tests start only
+// once the sequential ones have finished.
+func TestQueuedWaitOutlastsMaxStatementTime(t *testing.T) {
+	db, _ := newDB(t)
+	dbName := dbNameOf(t, db)
+	admin := server.Open(t, "")
+	ctx := ctxFor(t, time.Minute)
+	if _, err := admin.Exec("SET GLOBAL max_statement_time = 1"); err != nil {
+		t.Skipf("no max_statement_time on this server: %v", err)
+	}
+	defer admin.Exec("SET GLOBAL max_statement_time = 0")
+	await(t, campaign(ctx, newElector(t, election.GetLock, db, "statement-time", "leader")), 10*time.Second)
+	ops := newOperator(t, db, "statement-time")
+	campaign(ctx, newElector(t, election.GetLock, server.Open(t, dbName), "statement-time", "deputy"))
+	waitFor(t, "the deputy to join", 20*time.Second, func() bool { return liveCandidates(t, ops)["deputy"] })
+	queued := campaign(ctx, newElector(t, election.GetLock, server.Open(t, dbName), "statement-time", "queued"))
+	select {
+	case r := <-queued:
+		t.Fatalf("a queued candidate's campaign ended under max_statement_time = 1 s: %v", r.err)
+	case <-time.After(3 * time.Second):
+	}
+}

@@ -348,6 +348,12 @@ func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint6
 		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
 		"SET r.state = ?, r.ended_at = UTC_TIMESTAMP(6), t.ended_at = COALESCE(t.ended_at, UTC_TIMESTAMP(6)), t.reason = ?",
 		lock, token, stateLeading, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled, why, why))
+	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146 || me.Number == 1205 || me.Number == 1213) {
+		// Denied, missing or locked on the history: the record, which the
+		// next term reads, must still say how this one ended.
+		_, err = q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
+			"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading))
+	}
 	return err
 }
 

@@ -181,6 +181,11 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 2 {
 		id, err := res.LastInsertId()
+		if err == nil && uint64(id) < claimed {
+			// The bump's value never comes back lower; a server or proxy
+			// that drops it from the OK packet must not make a token of 0.
+			err = fmt.Errorf("the server returned %d as the new epoch, below %d", id, claimed)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("election: starting the term: %w", err)
 		}

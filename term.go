@@ -173,9 +173,10 @@ func (t *Term) keep(parent context.Context) {
 	defer t.timer.Stop()
 	t.log.Info("term started")
 	t.st.cfg.Observer.termStarted(t.st.name, t.st.cfg.Identity, t.token)
-	t.begin()
+	// Ticking before begin: a slow begin must not delay the first keepalive.
 	tick := time.NewTicker(t.st.cfg.Interval)
 	defer tick.Stop()
+	t.begin()
 	for {
 		select {
 		case <-t.resign:
