@@ -207,8 +207,16 @@ func (e *Elector) end(claim uint64) {
 // backoff after failed campaigns, until ctx ends.
 //
 // fn's context is cancelled when the term ends or ctx ends; fn must stop
-// acting then and return. Only after fn has returned does Run release the
-// lock, so the next leader never starts while fn still runs. Run returns
+// acting then and return, within Margin. Run releases the election only
+// after fn has returned, so after a Resign, a demotion or the end of ctx the
+// next leader starts once fn has stopped. When the term ends without this
+// candidate's say, the next leader may start while fn still runs: at once
+// when the server ended the session (a KILL, a restart, a proxy reset),
+// Margin after the lease when this process was cut off or stuck, and after
+// the lease when fn ignored a demotion. Writes checked with the term's
+// fencing token (Term.Fenced, Fence) are refused from then on; other writes
+// are not. HealthHandler answers 503 while fn outlives its term by
+// more than Margin, for a supervisor to restart the process. Run returns
 // ctx's error once ctx ends, fn's result if fn returns while the term is
 // still held (the work is done; the term is resigned first), and at once on
 // errors that retrying cannot fix (ErrInvalidConfig, ErrSchema,
