@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -55,4 +56,21 @@ func TestSkipCreateTablesReportsMissingTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	resignAll(t, term)
+}
+
+// A user that may read the tables but not update them is told which grant
+// is missing, not handed the DDL of tables that exist.
+func TestMissingGrantOnExistingTables(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	dbName := dbNameOf(t, db)
+	ctx := ctxFor(t, time.Minute)
+	await(t, campaign(ctx, newElector(t, election.GetLock, db, "grants", "a")), 10*time.Second)
+	reader := openAsUser(t, dbName, "sel_"+dbName, "GRANT SELECT ON `"+dbName+"`.* TO %s")
+	_, err := newOperator(t, reader, "grants").Demote(ctx)
+	msg := fmt.Sprint(err)
+	if !errors.Is(err, election.ErrSchema) || !strings.Contains(msg, "UPDATE command denied") ||
+		!strings.Contains(msg, "UPDATE on `election_record`") || strings.Contains(msg, "CREATE TABLE") {
+		t.Fatalf("demote by a SELECT-only user: %v", err)
+	}
 }

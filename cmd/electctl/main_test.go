@@ -5,11 +5,14 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/mysqltest"
@@ -262,5 +265,20 @@ func TestUsageAndErrors(t *testing.T) {
 	out.Reset()
 	if code := run(ctx, []string{"schema"}, &out, &errOut); code != exitOK || strings.Count(out.String(), "CREATE TABLE") != 4 {
 		t.Fatalf("schema: %d %s", code, out.String())
+	}
+}
+
+// A privilege the server refused on existing tables is a refusal (5), not
+// a missing election (4).
+func TestDeniedGrantIsRefused(t *testing.T) {
+	var errOut strings.Builder
+	c := &cli{errOut: &errOut}
+	denied := fmt.Errorf("%w: %w", election.ErrSchema, &mysql.MySQLError{Number: 1142, Message: "UPDATE command denied"})
+	if code := c.fail(denied); code != exitRefused {
+		t.Fatalf("a denied UPDATE: exit %d, want %d", code, exitRefused)
+	}
+	missing := fmt.Errorf("%w: %w", election.ErrSchema, &mysql.MySQLError{Number: 1146, Message: "Table doesn't exist"})
+	if code := c.fail(missing); code != exitNotFound {
+		t.Fatalf("a missing table: exit %d, want %d", code, exitNotFound)
 	}
 }

@@ -15,11 +15,19 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/sqlelect/election"
 )
 
 // What electctl prints: tables, JSON, exit codes, and strings from the
 // database escaped so that they cannot drive the operator's terminal.
+
+// denied reports whether the server refused a privilege.
+func denied(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044 || me.Number == 1227)
+}
 
 // fail prints err and maps it to an exit code.
 func (c *cli) fail(err error) int {
@@ -27,6 +35,8 @@ func (c *cli) fail(err error) int {
 	switch {
 	case errors.Is(err, election.ErrNoLeader):
 		return exitNoLeader
+	case errors.Is(err, election.ErrSchema) && denied(err):
+		return exitRefused // the tables exist; a grant is missing
 	case errors.Is(err, election.ErrSchema):
 		return exitNotFound
 	case errors.Is(err, election.ErrNotCandidate), errors.Is(err, election.ErrKillDenied):

@@ -518,6 +518,16 @@ func firstWatchLine(t *testing.T, dsn string, args ...string) string {
 // "spoof" (led by candidate "a") holding the given strings.
 func spoof(t *testing.T, db *sql.DB, holder, host, reason string) {
 	t.Helper()
+	// The term writes its history row once it has begun: wait for it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM election_term WHERE epoch = 1").Scan(&n); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first term wrote no history row within 10s")
+		}
+	}
 	for _, q := range []struct {
 		sql  string
 		args []any
