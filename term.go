@@ -259,7 +259,8 @@ func (t *Term) finish(parent context.Context) {
 		}
 		cancel()
 	}
-	t.log.Info("term ended", "reason", reason)
+	// The reason as history, watch and metrics name it; the error as Err.
+	t.log.Info("term ended", "reason", why, "err", reason)
 	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, why)
 }
 
@@ -287,7 +288,7 @@ func (t *Term) waitLockDelay(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
 		return nil
 	}
-	t.log.Info("waiting out the lock-delay of a killed leader", "delay", delay)
+	t.log.Info("waiting out the lock-delay of a killed leader", "delay", delay.String())
 	select {
 	case <-time.After(delay):
 		return nil
