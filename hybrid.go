@@ -351,9 +351,17 @@ func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint6
 	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146 || me.Number == 1205 || me.Number == 1213) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
-		_, err = q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
-			"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading))
+		err = s.endRecord(ctx, q, lock, token, why, "")
 	}
+	return err
+}
+
+// endRecord records in the record, if it still describes term token as
+// leading (and matches cond, SQL on its columns), that the term ended and
+// why.
+func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, why, cond string) error {
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading)+cond)
 	return err
 }
 

@@ -72,8 +72,7 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 func (s opener) unclaim(ctx context.Context, q querier, lock string, session, claimed uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
 	defer cancel()
-	q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ?", stateLost, lock, claimed, session, stateLeading))
+	s.endRecord(ctx, q, lock, claimed, stateLost, text(" AND conn_id = ?", session))
 }
 
 // predecessor reads the last term from the record.
