@@ -162,6 +162,7 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 	if err != nil {
 		return nil, err
 	}
+	e.st.payOwed(waitCtx)
 	w, err := e.side.acquire(waitCtx, try)
 	if err != nil {
 		e.end(claim)

@@ -433,14 +433,41 @@ func TestServerRestart(t *testing.T) {
 		if err := srv.Boot(ctxFor(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
+		var next start
 		select {
-		case next := <-starts:
+		case next = <-starts:
 			if next.token <= first.token {
 				t.Fatalf("token %d after restart, %d before", next.token, first.token)
 			}
 		case <-time.After(30 * time.Second):
 			t.Fatal("no leader within 30s of the restart")
 		}
+		// The old leader could not record its end while the server was down;
+		// it does so once it reaches the server again, with its own reason
+		// and time, in place of the "lost" the next term wrote.
+		ops := newOperatorWith(t, srv.Open(t, dbName), "restart", func() election.Config { c := fast; c.Strategy = s; return c }())
+		waitFor(t, "the old leader's own account of its end", 20*time.Second, func() bool {
+			hist, err := ops.History(ctxFor(t, 10*time.Second), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var old, cur election.TermRecord
+			for _, h := range hist {
+				switch h.Token {
+				case first.token:
+					old = h
+				case next.token:
+					cur = h
+				}
+			}
+			if old.Reason == "lost" || old.Reason == "" {
+				return false
+			}
+			if old.Reason != "session-lost" && old.Reason != "lease-expired" || !old.Ended.Before(cur.Started) {
+				t.Fatalf("term %d before the restart: %q at %v; the next began at %v", first.token, old.Reason, old.Ended, cur.Started)
+			}
+			return true
+		})
 	})
 }
 

@@ -296,8 +296,8 @@ func (s *pinned) renew(ctx context.Context) error {
 
 // release records why the term ended, then frees the lock for the next
 // candidate; the session is dropped afterwards all the same.
-func (s *pinned) release(ctx context.Context, why string) error {
-	if err := s.g.st.endTerm(ctx, s.conn, s.lock, s.token, why); err != nil {
+func (s *pinned) release(ctx context.Context, end ending) error {
+	if err := s.g.st.endTerm(ctx, s.conn, s.lock, s.token, end); err != nil {
 		return err
 	}
 	var released sql.NullInt64
@@ -312,8 +312,8 @@ func (s *pinned) release(ctx context.Context, why string) error {
 
 // lost records, through the pool, why a term ended that the session could
 // not end: the session may be gone, the pool is not.
-func (s *pinned) lost(ctx context.Context, why string) error {
-	return s.g.st.endTerm(ctx, s.g.st.db, s.lock, s.token, why)
+func (s *pinned) lost(ctx context.Context, end ending) error {
+	return s.g.st.endTerm(ctx, s.g.st.db, s.lock, s.token, end)
 }
 
 // close drops the session for sure (see drop): in the pool it would still

@@ -21,20 +21,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// States of the record, and reasons in the term history.
-const (
-	stateLeading      = "leading"
-	stateResigned     = "resigned"      // Resign, or the campaign's context ended
-	stateDemoted      = "demoted"       // stepped down when asked (Demote)
-	stateHandedOver   = "handed-over"   // stepped down for a named successor (Handover)
-	stateHangKilled   = "hang-killed"   // stuck inside a query; its session was killed
-	stateDemoteKilled = "demote-killed" // did not step down when asked; its session was killed
-	stateLeaseExpired = "lease-expired" // no keepalive confirmed within the lease
-	stateSessionLost  = "session-lost"  // the pinned session failed
-	stateLockLost     = "lock-lost"     // the session lives but the lock or record moved on
-	stateLost         = "lost"          // ended without saying why (crash, outside kill)
-)
-
 // historyPruneEvery spaces out the deletes that bound the history.
 const historyPruneEvery = 16
 
@@ -70,8 +56,9 @@ type store struct {
 	tbl tables
 
 	mu    sync.Mutex
-	lock  string // the lock name, once learnt
-	ready bool   // a candidate has checked the tables and the server
+	lock  string    // the lock name, once learnt
+	ready bool      // a candidate has checked the tables and the server
+	owed  []owedEnd // ends of terms not recorded yet (see payOwed)
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
@@ -228,7 +215,7 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 	}
 	s.cfg.Observer.killed(s.name, why, nil)
 	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
-	return s.endTerm(ctx, q, lock, rec.Token, why)
+	return s.endTerm(ctx, q, lock, rec.Token, ending{why, time.Now()})
 }
 
 // utcMicros reads a DATETIME(6) column written in UTC as microseconds since
@@ -236,6 +223,10 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 func utcMicros(col string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
 }
+
+// atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
+// the Unix epoch: the inverse of utcMicros.
+const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 
 // ageMicros is how long ago col was, on the database clock.
 func ageMicros(col string) string {
@@ -337,34 +328,6 @@ func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	return epoch, nil
 }
 
-// endTerm records why a term ended, in one statement: in the record, if it
-// still describes that term as leading, and in the history. A "lost" guess
-// made by the next term gives way to the real reason. (The assignments
-// depend on nothing they assign: a multi-table UPDATE may make them in any
-// order.)
-func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, why string) error {
-	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
-		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
-		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
-		"SET r.state = ?, r.ended_at = UTC_TIMESTAMP(6), t.ended_at = COALESCE(t.ended_at, UTC_TIMESTAMP(6)), t.reason = ?",
-		lock, token, stateLeading, lock, token, stateLost, why, stateHangKilled, stateDemoteKilled, why, why))
-	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146 || me.Number == 1205 || me.Number == 1213) {
-		// Denied, missing or locked on the history: the record, which the
-		// next term reads, must still say how this one ended.
-		err = s.endRecord(ctx, q, lock, token, why, "")
-	}
-	return err
-}
-
-// endRecord records in the record, if it still describes term token as
-// leading (and matches cond, SQL on its columns), that the term ended and
-// why.
-func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, why, cond string) error {
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = UTC_TIMESTAMP(6) "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", why, lock, token, stateLeading)+cond)
-	return err
-}
-
 // TermRecord is one term of an election's history.
 type TermRecord struct {
 	Token    uint64
@@ -372,11 +335,18 @@ type TermRecord struct {
 	Host     string
 	PID      int
 	Started  time.Time // database clock
-	Ended    time.Time // zero while the term lasts (or its end is not known yet)
-	// Reason says why the term ended: resigned, demoted, handed-over,
-	// hang-killed, demote-killed, lease-expired, session-lost, lock-lost, or
-	// lost when the leader vanished without saying why (a crash, a kill from
-	// outside the election).
+	// Ended is when the leader stopped acting, on the database clock, zero
+	// while the term may still act: when it released the election, or
+	// when it saw its term end (a paused or cut-off leader: its lease's end
+	// at the latest), even if it could write that only later. For a "lost"
+	// term, when it could act no longer as far as anyone could tell: the
+	// next term's start or its lease's end, whichever came first.
+	Ended time.Time
+	// Reason says why the term ended, in the words the leader's log ("term
+	// ended", reason=...), its Observer and Watch use: resigned, demoted,
+	// handed-over, hang-killed, demote-killed, lease-expired, session-lost,
+	// lock-lost, or lost when the leader has not said why (a crash; a leader
+	// still paused or cut off, which records its own reason when it is back).
 	Reason string
 }
 

@@ -132,10 +132,10 @@ func (h *leaseHold) renew(ctx context.Context) error {
 
 // release records why the term ended; a lease ended as anything but
 // "leading" is free for the next candidate's next try.
-func (h *leaseHold) release(ctx context.Context, why string) error {
-	return h.st.endTerm(ctx, h.st.db, h.lock, h.token, why)
+func (h *leaseHold) release(ctx context.Context, end ending) error {
+	return h.st.endTerm(ctx, h.st.db, h.lock, h.token, end)
 }
 
-func (h *leaseHold) lost(ctx context.Context, why string) error { return h.release(ctx, why) }
+func (h *leaseHold) lost(ctx context.Context, end ending) error { return h.release(ctx, end) }
 
 func (h *leaseHold) close() {}

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -365,6 +367,12 @@ func childMain() int {
 	defer db.Close()
 	cfg := fast
 	cfg.Identity = id
+	// What its log and its metrics say about each term's end, for the
+	// tests that compare them with History and Watch.
+	cfg.Logger = slog.New(termEndLog{emit: emit, id: id})
+	cfg.Observer = &election.Observer{TermEnded: func(_, _ string, token uint64, reason string) {
+		emit(event{Ev: "observed", ID: id, Token: token, Reason: reason})
+	}}
 	if os.Getenv("ELECTION_CHILD_STRATEGY") == election.LeaseRow.String() {
 		cfg.Strategy = election.LeaseRow
 	}
@@ -393,6 +401,45 @@ func childMain() int {
 	emit(event{Ev: "exit", ID: id, Reason: fmt.Sprint(err)})
 	return 0
 }
+
+// termEndLog is a child's log handler: it turns each "term ended" record
+// into a "logged" event with the record's reason and token.
+type termEndLog struct {
+	emit  func(event)
+	id    string
+	attrs []slog.Attr
+}
+
+func (h termEndLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h termEndLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "term ended" {
+		return nil
+	}
+	ev := event{Ev: "logged", ID: h.id}
+	pick := func(a slog.Attr) bool {
+		switch a.Key {
+		case "reason":
+			ev.Reason = a.Value.String()
+		case "token":
+			ev.Token = a.Value.Uint64()
+		}
+		return true
+	}
+	for _, a := range h.attrs {
+		pick(a)
+	}
+	r.Attrs(pick)
+	h.emit(ev)
+	return nil
+}
+
+func (h termEndLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	h.attrs = append(slices.Clip(h.attrs), attrs...)
+	return h
+}
+
+func (h termEndLog) WithGroup(string) slog.Handler { return h }
 
 // group is a set of candidate processes with one stream of their events.
 type group struct {

@@ -74,7 +74,19 @@ func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error)
 	if limit <= 0 {
 		limit = o.st.cfg.HistoryLimit
 	}
-	return o.st.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT ?", limit)
+	rec, err := o.st.record(ctx, o.st.db, lock)
+	if err != nil && !errors.Is(err, ErrNoLeader) {
+		return nil, err
+	}
+	terms, err := o.st.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT ?", limit)
+	for i := range terms {
+		var next *TermRecord
+		if i > 0 {
+			next = &terms[i-1]
+		}
+		terms[i] = settle(terms[i], next, rec)
+	}
+	return terms, err
 }
 
 // Candidates lists the election's participants, the leader among them, as

@@ -26,6 +26,7 @@ type predecessor struct {
 	holder, host                    string
 	pid                             int
 	sinceUS                         int64
+	endedUS                         int64 // when it ended, or could act no longer, for the history
 	strategy, state                 sql.NullString
 	session, owner, leaseLeftUS     sql.NullInt64
 	stale, forced, overdue, handing sql.NullBool
@@ -72,18 +73,19 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 func (s opener) unclaim(ctx context.Context, q querier, lock string, session, claimed uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
 	defer cancel()
-	s.endRecord(ctx, q, lock, claimed, stateLost, text(" AND conn_id = ?", session))
+	s.endRecord(ctx, q, lock, claimed, ending{stateLost, time.Now()}, text(" AND conn_id = ?", session))
 }
 
 // predecessor reads the last term from the record.
 func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
 	var p predecessor
-	err := q.QueryRowContext(ctx, text("SELECT epoch, holder, host, pid, "+utcMicros("since")+", strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
+	err := q.QueryRowContext(ctx, text("SELECT epoch, holder, host, pid, "+utcMicros("since")+", "+
+		utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
 		s.handingOver("r")+" FROM `"+s.tbl.record+"` r WHERE lock_name = ?", lock)).
-		Scan(&p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.strategy, &p.state, &p.session, &p.owner,
+		Scan(&p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.strategy, &p.state, &p.session, &p.owner,
 			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -262,13 +264,16 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 
 // writeHistory records the term token in the history, after it has begun:
 // the row of its predecessor p if that one died before writing it, the end
-// of every earlier term that did not record its own (as lost; their
-// leaders may still tell the real reason later), and its own row, unless a
-// later term has written it already from its own read of the record. It
-// reads no record row, so it takes no lock a keepalive could wait for.
-// Every statement is idempotent, so a late writer changes nothing that is
-// already there. It is bounded by an interval, so that the term's first
-// keepalive is not late.
+// of every earlier term that did not record its own, and its own row,
+// unless a later term has written it already from its own read of the
+// record. An end not recorded is "lost" (its leader may still tell the
+// real reason later, see payOwed), at the moment p could act no longer as
+// the read showed it: the end of its lease, or the read if that came first
+// (its session ended, so it crashed or will learn of it at its next
+// keepalive); older terms ended when p began. It reads no record row, so it
+// takes no lock a keepalive could wait for. Every statement is idempotent,
+// so a late writer changes nothing that is already there. It is bounded by
+// an interval, so that the term's first keepalive is not late.
 func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
@@ -279,14 +284,15 @@ func (s opener) writeHistory(ctx context.Context, q querier, lock string, token 
 			reason = p.state.String
 		}
 		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
-			"VALUES (?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00'), IF(? IS NULL, NULL, UTC_TIMESTAMP(6)), ?)",
-			lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS, reason, reason)); err != nil {
+			"VALUES (?, ?, ?, ?, ?, "+atMicros+", IF(? IS NULL, NULL, "+atMicros+"), ?)",
+			lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS, reason, p.endedUS, reason)); err != nil {
 			return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 		}
-	}
-	if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = UTC_TIMESTAMP(6), reason = ? "+
-		"WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL", stateLost, lock, token)); err != nil {
-		return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
+		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = IF(epoch = ?, "+atMicros+", "+atMicros+"), "+
+			"reason = IF(epoch = ?, COALESCE(?, ?), ?) WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL",
+			p.epoch, p.endedUS, p.sinceUS, p.epoch, reason, stateLost, stateLost, lock, token)); err != nil {
+			return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
+		}
 	}
 	host, _ := os.Hostname()
 	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+

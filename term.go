@@ -18,11 +18,11 @@ type holder interface {
 	// renew confirms, within ctx, that the hold is still ours and extends it.
 	// An error wrapping errTransient leaves the term to its lease.
 	renew(ctx context.Context) error
-	// release records why the leader chose to end the term and gives the
+	// release records how the leader chose to end the term and gives the
 	// election up for the next candidate.
-	release(ctx context.Context, why string) error
-	// lost records why a term ended that the leader did not choose to end.
-	lost(ctx context.Context, why string) error
+	release(ctx context.Context, end ending) error
+	// lost records how a term ended that the leader did not choose to end.
+	lost(ctx context.Context, end ending) error
 	// close frees every resource; the hold is gone for sure afterwards.
 	close()
 }
@@ -226,42 +226,64 @@ func (t *Term) renew() {
 	}
 }
 
-// finish records why the term ended. An end the leader chose (Resign, the
+// finish records how the term ended. An end the leader chose (Resign, the
 // campaign's context) or was asked for (demote, hand-over) releases the
 // election so the next candidate need not wait; other ends are recorded
-// through the pool, since the session may be gone.
+// through the pool, since the session may be gone. An end that cannot be
+// written now is owed, and written when this candidate next campaigns.
 func (t *Term) finish(parent context.Context) {
 	t.mu.Lock()
 	t.ended = time.Now()
 	t.mu.Unlock()
 	reason := context.Cause(t.ctx)
-	why := t.why(reason, parent)
-	if why == stateDemoted || why == stateHandedOver {
-		// The leader did not choose this end: its code gets until Resign
-		// (Run calls it once fn has returned), within the lease, to stop
-		// before the next leader can start.
-		select {
-		case <-t.resign:
-		case <-time.After(time.Until(t.deadline())):
+	end := ending{why: t.why(reason, parent), at: t.ended}
+	var err error
+	if end.why == stateResigned || end.why == stateDemoted || end.why == stateHandedOver {
+		if end.why != stateResigned {
+			// The leader did not choose this end: its code gets until Resign
+			// (Run calls it once fn has returned), within the lease, to stop
+			// before the next leader can start.
+			select {
+			case <-t.resign:
+			case <-time.After(time.Until(t.deadline())):
+			}
 		}
-	}
-	if why == stateResigned || why == stateDemoted || why == stateHandedOver {
-		// Never past the lease.
-		ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
-		if err := t.h.release(ctx, why); err != nil {
+		// It stopped acting when it released, or at its lease's end if its
+		// code outlived that. Writing the end after the lease is harmless:
+		// the lock is still this session's until it is released or dropped.
+		end.at = earlier(time.Now(), t.deadline())
+		bound := t.deadline()
+		if soon := time.Now().Add(t.st.cfg.Interval); bound.Before(soon) {
+			bound = soon
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), bound)
+		if err = t.h.release(ctx, end); err != nil {
 			t.log.Warn("release failed; dropping the session instead", "err", err)
 		}
 		cancel()
 	} else {
+		// A leader cut off or paused stopped acting at its lease's end at
+		// the latest.
+		end.at = earlier(end.at, t.deadline())
 		ctx, cancel := context.WithTimeout(context.Background(), t.st.cfg.Interval)
-		if err := t.h.lost(ctx, why); err != nil {
-			t.log.Warn("could not record why the term ended", "reason", why, "err", err)
+		if err = t.h.lost(ctx, end); err != nil {
+			t.log.Warn("could not record why the term ended; it will be recorded when the server answers", "reason", end.why, "err", err)
 		}
 		cancel()
 	}
+	if err != nil {
+		t.st.owe(t.token, end)
+	}
 	// The reason as history, watch and metrics name it; the error as Err.
-	t.log.Info("term ended", "reason", why, "err", reason)
-	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, why)
+	t.log.Info("term ended", "reason", end.why, "err", reason)
+	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, end.why)
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // why names a term's end for the record and the history.

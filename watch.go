@@ -15,11 +15,10 @@ type Event struct {
 	// Leading is true when term Token has started; false when it has ended,
 	// after which nobody leads until the next event with Leading set.
 	Leading bool
-	// Reason says why the term ended (see TermRecord.Reason); "stale" when
-	// the leader stopped renewing and its end is not recorded yet.
+	// Reason says why the term ended (see TermRecord.Reason).
 	Reason string
-	// At is when the term started or ended, on the database clock; zero
-	// when not known.
+	// At is when the term started or ended (see TermRecord.Ended), on the
+	// database clock; zero when the election has had no term.
 	At time.Time
 }
 
@@ -28,12 +27,16 @@ type Event struct {
 // state (a Leading event, or one saying nobody leads), then a Leading and an
 // ended event for every term, in order, including terms that began and ended
 // between two of its reads (it reads the term history, every Interval). The
-// channel is closed when ctx ends; read errors are logged and retried.
+// ends are those History shows. A term whose leader could not say why it
+// ended is reported "lost"; if that leader tells its own reason later (it
+// was paused, or cut off from the server), its end is sent again with that
+// reason and time. The channel is closed when ctx ends; read errors are
+// logged and retried.
 func (o *Operator) Watch(ctx context.Context) <-chan Event {
 	ch := make(chan Event)
 	go func() {
 		defer close(ch)
-		w := watcher{st: o.st, ch: ch}
+		w := watcher{st: o.st, ch: ch, sent: map[uint64]Event{}}
 		tick := time.NewTicker(o.st.cfg.Interval)
 		defer tick.Stop()
 		for {
@@ -50,14 +53,19 @@ func (o *Operator) Watch(ctx context.Context) <-chan Event {
 	return ch
 }
 
+// revisable is how many of the last terms Watch rereads for a late report
+// of their end.
+const revisable = 16
+
 // watcher turns reads of the record and the history into events.
 type watcher struct {
 	st      *store
 	ch      chan<- Event
-	started bool   // the first state has been sent
-	last    uint64 // the newest term a Leading event was sent for
-	who     string // its holder
-	open    bool   // term last has not been reported ended
+	started bool             // the first state has been sent
+	last    uint64           // the newest term an event was sent for
+	who     string           // its holder
+	open    bool             // term last has not been reported ended
+	sent    map[uint64]Event // the ends sent for the last terms
 }
 
 func (w *watcher) send(ctx context.Context, ev Event) error {
@@ -79,65 +87,79 @@ func (w *watcher) poll(ctx context.Context) error {
 	if err != nil && !errors.Is(err, ErrNoLeader) {
 		return err
 	}
+	var terms []TermRecord
 	if !w.started {
-		w.started = true
-		ev := Event{Token: rec.Token, Identity: rec.Identity, Leading: rec.Leading(), At: rec.Since}
-		if !ev.Leading {
-			ev.Reason, ev.At = rec.State, rec.Ended
+		terms, err = w.st.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT 1")
+	} else {
+		from := w.last + 1
+		if w.open {
+			from = w.last
 		}
-		w.last, w.who, w.open = rec.Token, rec.Identity, ev.Leading
-		return w.send(ctx, ev)
+		for token := range w.sent {
+			from = min(from, token)
+		}
+		terms, err = w.st.terms(ctx, lock, "epoch >= ? ORDER BY epoch", from)
 	}
-	from := w.last + 1
-	if w.open {
-		from = w.last
-	}
-	terms, err := w.st.terms(ctx, lock, "epoch >= ? ORDER BY epoch", from)
 	if err != nil {
 		return err
 	}
-	for _, t := range terms {
-		if err := w.term(ctx, t, rec); err != nil {
+	if !w.started && len(terms) == 0 {
+		w.started = true
+		return w.send(ctx, Event{})
+	}
+	for i, t := range terms {
+		var next *TermRecord
+		if i+1 < len(terms) {
+			next = &terms[i+1]
+		}
+		if err := w.term(ctx, settle(t, next, rec)); err != nil {
 			return err
+		}
+	}
+	for token := range w.sent {
+		if token+revisable <= w.last {
+			delete(w.sent, token)
 		}
 	}
 	return nil
 }
 
-// term sends the start of history row t if it is new, and its end once
-// known: from the history, from a newer term in the record, or from the
-// record no longer showing it leading.
-func (w *watcher) term(ctx context.Context, t TermRecord, rec Record) error {
+// term sends what history row t adds: its start if it is new (but the
+// first state sent is just the end of a term that has ended), its end once
+// known, and its end again if it changed.
+func (w *watcher) term(ctx context.Context, t TermRecord) error {
+	ended := !t.Ended.IsZero()
 	if t.Token > w.last {
-		if w.open { // ended unseen: its row was pruned or not yet closed
-			if err := w.send(ctx, Event{Token: w.last, Identity: w.who, Reason: stateLost}); err != nil {
+		if w.open { // ended unseen: its row was pruned
+			if err := w.end(ctx, Event{Token: w.last, Identity: w.who, Reason: stateLost, At: t.Started}); err != nil {
 				return err
 			}
 		}
-		if err := w.send(ctx, Event{Token: t.Token, Identity: t.Identity, Leading: true, At: t.Started}); err != nil {
-			return err
+		first := !w.started
+		w.started, w.last, w.who, w.open = true, t.Token, t.Identity, true
+		if !first || !ended {
+			if err := w.send(ctx, Event{Token: t.Token, Identity: t.Identity, Leading: true, At: t.Started}); err != nil {
+				return err
+			}
 		}
-		w.last, w.who, w.open = t.Token, t.Identity, true
 	}
-	if !w.open || t.Token != w.last {
+	if !ended {
 		return nil
 	}
-	reason, at := t.Reason, t.Ended
-	switch {
-	case !t.Ended.IsZero():
-	case rec.Token > t.Token:
-		reason = stateLost
-	case rec.Token == t.Token && !rec.Leading():
-		reason, at = rec.State, rec.Ended
-		if reason == stateLeading {
-			reason = "stale"
-		}
-	default:
-		return nil
+	ev := Event{Token: t.Token, Identity: t.Identity, Reason: t.Reason, At: t.Ended}
+	if t.Token == w.last && w.open {
+		w.open = false
+		return w.end(ctx, ev)
 	}
-	if err := w.send(ctx, Event{Token: t.Token, Identity: t.Identity, Reason: reason, At: at}); err != nil {
-		return err
+	if sent, ok := w.sent[t.Token]; ok && (sent.Reason != ev.Reason || !sent.At.Equal(ev.At)) {
+		return w.end(ctx, ev)
 	}
-	w.open = false
 	return nil
+}
+
+// end sends the end of a term and remembers it, to send it again if it is
+// revised.
+func (w *watcher) end(ctx context.Context, ev Event) error {
+	w.sent[ev.Token] = ev
+	return w.send(ctx, ev)
 }

@@ -533,6 +533,7 @@ func spoof(t *testing.T, db *sql.DB, holder, host, reason string) {
 		args []any
 	}{
 		{"UPDATE election_record SET holder = ?, host = ?", []any{holder, host}},
+		{"UPDATE election_term SET holder = ?, host = ? WHERE epoch = 1", []any{holder, host}},
 		{"INSERT INTO election_term (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) " +
 			"SELECT lock_name, 0, ?, ?, 1, started_at, started_at, ? FROM election_term WHERE epoch = 1", []any{holder, host, reason}},
 		{"INSERT INTO election_candidate (lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) " +

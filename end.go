@@ -1,0 +1,145 @@
+package election
+
+// The end of a term as the record and the history keep it: one vocabulary
+// of reasons for the leader's logs, its metrics, History and Watch; the
+// time the leader stopped acting, not the time the row was written; and
+// the leader's own account, written late if the server was out of reach,
+// in place of the "lost" its successor wrote meanwhile. See
+// docs/protocol.md, "The end of a term".
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// States of the record, and reasons in the term history.
+const (
+	stateLeading      = "leading"
+	stateResigned     = "resigned"      // Resign, or the campaign's context ended
+	stateDemoted      = "demoted"       // stepped down when asked (Demote)
+	stateHandedOver   = "handed-over"   // stepped down for a named successor (Handover)
+	stateHangKilled   = "hang-killed"   // stuck inside a query; its session was killed
+	stateDemoteKilled = "demote-killed" // did not step down when asked; its session was killed
+	stateLeaseExpired = "lease-expired" // no keepalive confirmed within the lease
+	stateSessionLost  = "session-lost"  // the pinned session failed
+	stateLockLost     = "lock-lost"     // the session lives but the lock or record moved on
+	stateLost         = "lost"          // ended without saying why (crash, outside kill)
+)
+
+// ending is how a term ended: why, and when it stopped acting, on the local
+// monotonic clock. The row gets that moment on the database clock, however
+// late it is written.
+type ending struct {
+	why string
+	at  time.Time
+}
+
+// endedAt is the SQL for the moment of end, given the argument of ago.
+const endedAt = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+
+// ago is how long before now end.at was, for endedAt: measured just before
+// the statement is sent.
+func (end ending) ago() int64 { return max(time.Since(end.at), 0).Microseconds() }
+
+// endTerm records how term token ended, in one statement: in the record,
+// if it still describes that term as leading, and in the history, unless
+// the leader already wrote its own reason there: a "lost" written by the
+// successor, which could not know better, gives way, and so does any
+// reason to a kill's. (The assignments depend on nothing they assign: a
+// multi-table UPDATE may make them in any order.)
+func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
+	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
+		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
+		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
+		"SET r.state = ?, r.ended_at = "+endedAt+", t.ended_at = "+endedAt+", t.reason = ?",
+		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, end.ago(), end.ago(), end.why))
+	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146 || me.Number == 1205 || me.Number == 1213) {
+		// Denied, missing or locked on the history: the record, which the
+		// next term reads, must still say how this one ended.
+		err = s.endRecord(ctx, q, lock, token, end, "")
+	}
+	return err
+}
+
+// endRecord records in the record, if it still describes term token as
+// leading (and matches cond, SQL on its columns), how the term ended.
+func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+endedAt+" "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, end.ago(), lock, token, stateLeading)+cond)
+	return err
+}
+
+// owedEnd is the end of a term that could not be recorded when it ended.
+type owedEnd struct {
+	token uint64
+	end   ending
+}
+
+// maxOwed bounds the ends a candidate keeps for later: a process has one
+// term at a time, and each campaign first pays what it owes.
+const maxOwed = 8
+
+// owe keeps the end of term token, which could not be written (the server
+// was out of reach), to be written by payOwed.
+func (s *store) owe(token uint64, end ending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.owed) == maxOwed {
+		s.owed = s.owed[1:]
+	}
+	s.owed = append(s.owed, owedEnd{token, end})
+}
+
+// payOwed writes the ends that could not be written when they happened,
+// with their own reasons and times, through the pool, bounded by an
+// interval; what still fails is kept for the next call. Campaigns call it
+// first: a candidate that campaigns reaches the server.
+func (s *store) payOwed(ctx context.Context) {
+	s.mu.Lock()
+	owed := s.owed
+	s.owed = nil
+	s.mu.Unlock()
+	if len(owed) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
+	lock, err := s.lockName(ctx)
+	for i, o := range owed {
+		if err == nil {
+			err = s.endTerm(ctx, s.db, lock, o.token, o.end)
+		}
+		if err != nil {
+			for _, o := range owed[i:] {
+				s.owe(o.token, o.end)
+			}
+			return
+		}
+	}
+}
+
+// settle fills in the end of history row t, which has none yet, from what
+// the record and the next row (if any) show, exactly as the next term will
+// write it: so that History and Watch tell the same story before and after
+// that write. A term followed by another ended, "lost", when the next
+// began; a term the record shows ended gets the record's reason and time;
+// a term whose holder has gone silent for longer than its lease plus
+// margin, and holds no lock a deputy will kill it for, ended, "lost", at
+// that moment, since it can no longer act. A term that may still act stays
+// open.
+func settle(t TermRecord, next *TermRecord, rec Record) TermRecord {
+	switch {
+	case !t.Ended.IsZero():
+	case next != nil:
+		t.Reason, t.Ended = stateLost, next.Started
+	case rec.Token != t.Token:
+	case rec.State != stateLeading:
+		t.Reason, t.Ended = rec.State, rec.Ended
+	case rec.RenewedAgo > rec.Expiry && rec.overdue() == "":
+		t.Reason, t.Ended = stateLost, rec.Renewed.Add(rec.Expiry)
+	}
+	return t
+}

@@ -1,0 +1,199 @@
+package election_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// Each fault ends a term of candidate processes; afterwards History, the
+// last end Watch sent for each term, the leader's own "term ended" log
+// line and its Observer name the same reason, and History and Watch the
+// same time: the moment the leader stopped acting, even when it could
+// write that only after its successor had started.
+func TestOperatorViewsAgree(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g := writingGroup(t, s, "views", 2)
+		ctx := ctxFor(t, 2*time.Minute)
+		ops := newOperatorWith(t, db, "views", func() election.Config { c := fast; c.Strategy = s; return c }())
+		var (
+			mu      sync.Mutex
+			watched = map[uint64]election.Event{} // the last end sent per term
+		)
+		wctx, stopWatch := context.WithCancel(ctx)
+		events := ops.Watch(wctx)
+		watching := make(chan struct{})
+		go func() {
+			defer close(watching)
+			for ev := range events {
+				if !ev.Leading && ev.Token != 0 {
+					mu.Lock()
+					watched[ev.Token] = ev
+					mu.Unlock()
+				}
+			}
+		}()
+
+		type fault struct {
+			name string
+			do   func(leader event)
+			want string // the reason every view must give
+		}
+		faults := []fault{
+			{"SIGKILL", func(l event) { g.signal(l.ID, syscall.SIGKILL); g.start(l.ID + "'") }, "lost"},
+			{"SIGSTOP", func(l event) {
+				g.signal(l.ID, syscall.SIGSTOP)
+				waitFor(t, "a leader after the pause", 20*time.Second, func() bool {
+					rec, err := ops.Leader(ctx)
+					return err == nil && rec.Token > l.Token
+				})
+				g.signal(l.ID, syscall.SIGCONT)
+			}, "lease-expired"},
+			{"demote", func(event) {
+				if _, err := ops.Demote(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}, "demoted"},
+			{"SIGTERM", func(l event) { g.signal(l.ID, syscall.SIGTERM); g.start(l.ID + "'") }, "resigned"},
+		}
+		if s == election.GetLock { // a lease holds no session to kill
+			faults = append(faults, fault{"KILL CONNECTION", func(event) {
+				rec, err := ops.Leader(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := db.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
+					t.Fatal(err)
+				}
+			}, "session-lost"})
+		}
+		ended := map[uint64]fault{}
+		leader := g.next(is("start"), 20*time.Second)
+		for _, f := range faults {
+			t.Logf("%s of %s, term %d", f.name, leader.ID, leader.Token)
+			f.do(leader)
+			ended[leader.Token] = f
+			// Any candidate may lead next, the one whose session was killed too.
+			next := g.next(is("start"), 20*time.Second)
+			if next.Token <= leader.Token {
+				t.Fatalf("after %s of term %d: term %d started", f.name, leader.Token, next.Token)
+			}
+			leader = next
+			// The next fault must not cut the history write of this term,
+			// which records the end of the last.
+			waitFor(t, "the new term in the history", 20*time.Second, func() bool {
+				hist, err := ops.History(ctx, 1)
+				return err == nil && len(hist) == 1 && hist[0].Token == next.Token
+			})
+		}
+
+		// Every ended term's leader that lived has logged and observed its end,
+		// and History shows each end.
+		logged, observed := map[uint64]string{}, map[uint64]string{}
+		for token, f := range ended {
+			if f.want == "lost" {
+				continue // killed: it logs nothing
+			}
+			logged[token] = g.next(func(e event) bool { return e.Ev == "logged" && e.Token == token }, 20*time.Second).Reason
+			observed[token] = g.next(func(e event) bool { return e.Ev == "observed" && e.Token == token }, 20*time.Second).Reason
+		}
+		var hist []election.TermRecord
+		waitFor(t, "every faulted term's end in the history", 20*time.Second, func() bool {
+			var err error
+			if hist, err = ops.History(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			found := 0
+			for _, h := range hist {
+				if f, ok := ended[h.Token]; ok && h.Reason == f.want {
+					found++
+				}
+			}
+			return found == len(ended)
+		})
+		t.Logf("history: %+v", hist)
+		byToken := map[uint64]election.TermRecord{}
+		for _, h := range hist {
+			byToken[h.Token] = h
+		}
+		// Watch reads every Interval: give it two reads after History.
+		time.Sleep(3 * fast.Interval)
+		stopWatch()
+		<-watching
+		for token, f := range ended {
+			h, next := byToken[token], byToken[token+1]
+			mu.Lock()
+			w := watched[token]
+			mu.Unlock()
+			if h.Reason != f.want || w.Reason != h.Reason || !w.At.Equal(h.Ended) {
+				t.Errorf("%s ended term %d: history %q at %v, watch %q at %v; want %q in both at the same time",
+					f.name, token, h.Reason, h.Ended, w.Reason, w.At, f.want)
+			}
+			if f.want != "lost" && (logged[token] != h.Reason || observed[token] != h.Reason) {
+				t.Errorf("%s ended term %d: logged %q, observed %q, history %q", f.name, token, logged[token], observed[token], h.Reason)
+			}
+			if h.Ended.Before(h.Started) {
+				t.Errorf("%s: term %d ended at %v, before it started at %v", f.name, token, h.Ended, h.Started)
+			}
+			if f.name == "SIGSTOP" && !h.Ended.Before(next.Started) {
+				// Its lease ended a margin before the server let the next
+				// term start; the end it wrote after SIGCONT says so.
+				t.Errorf("the paused leader's term %d ended at %v, not before the next began at %v", token, h.Ended, next.Started)
+			}
+		}
+	})
+}
+
+// A demoted leader whose code ignores its context keeps the election until
+// its lease ends; that is recorded as a demotion ending at the lease's end,
+// and HealthHandler reports the code that outlives its term.
+func TestDemotedLeaderThatDoesNotStop(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		e := newElector(t, s, db, "stubborn", "a")
+		started, release := make(chan uint64, 1), make(chan struct{})
+		runInBackground(t, ctx, e, func(ctx context.Context, term *election.Term) error {
+			select {
+			case started <- term.Token():
+				<-release // ignores ctx
+			default:
+			}
+			<-ctx.Done()
+			return nil
+		})
+		token := <-started
+		ops := newOperatorWith(t, db, "stubborn", func() election.Config { c := fast; c.Strategy = s; return c }())
+		if _, err := ops.Demote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hist, err := ops.History(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h election.TermRecord
+		for _, r := range hist {
+			if r.Token == token {
+				h = r
+			}
+		}
+		// Demote asked at the renewal; the lease (1 s) ran from a renewal at
+		// most an interval earlier.
+		if h.Reason != "demoted" || h.Ended.Sub(h.Started) < fast.Lease-fast.Interval {
+			t.Errorf("term %d of a leader that ignored its demotion: %q after %v, want demoted at its lease's end", token, h.Reason, h.Ended.Sub(h.Started))
+		}
+		rr := httptest.NewRecorder()
+		waitFor(t, "HealthHandler to report the code that outlived its term", 10*time.Second, func() bool {
+			rr = httptest.NewRecorder()
+			e.HealthHandler().ServeHTTP(rr, httptest.NewRequest("GET", "/healthz", nil))
+			return rr.Code == http.StatusServiceUnavailable
+		})
+		close(release)
+	})
+}
