@@ -293,8 +293,9 @@ func permanent(err error) bool {
 	return false
 }
 
-// leave removes this candidate's row once Run stops campaigning,
-// so that it is not offered as a hand-over target.
+// leave removes this candidate's row once Run or TryRun stops
+// campaigning, so that it is neither listed nor offered as a hand-over
+// target.
 func (e *Elector) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.st.cfg.Interval)
 	defer cancel()
@@ -328,9 +329,33 @@ func (e *Elector) setRunning(t *Term) {
 // run. fn's context is cancelled if the term ends or ctx ends. After fn
 // returns, the term is held until atLeast has passed since it began, so
 // that instances whose schedule fires a little later (clock jitter) find
-// the task held and skip it; then it is resigned.
+// the task held and skip it; then it is resigned. This candidate is listed
+// (Operator.Candidates) only while TryRun runs.
+//
+// Nothing runs the task again after a crash. If the winner dies, or loses
+// its term, while fn runs, TryRun does not re-run fn anywhere: the other
+// instances whose TryRun came while the election was held got ErrHeld and
+// do not retry, so the task is not done for that slot, and nothing says
+// so. (Under GetLock the election is free again as soon as the winner's
+// process dies, so an instance whose schedule fires after that runs fn;
+// under LeaseRow it stays held until the lease runs out.) A task that must
+// be done once per slot has to record it: write the slot's key (its
+// period) in the same fenced transaction as the task's work (Term.Fenced),
+// and have each run first do the slots since the last one recorded.
+// examples/cron does that under Run, which suits a schedule better: the
+// leader keeps the schedule and catches up after a failover.
 func (e *Elector) TryRun(ctx context.Context, atLeast time.Duration, fn func(ctx context.Context, t *Term) error) error {
 	t, err := e.campaign(ctx, context.WithoutCancel(ctx), true)
+	if errors.Is(err, ErrCampaigning) || errors.Is(err, ErrIdentityInUse) {
+		return err // the candidate row is another campaign's
+	}
+	// The try wrote this candidate's row; it campaigns only during the
+	// call, so the row goes when the call ends, as Run's does. That is one
+	// DELETE more than the four to six statements of a try that finds the
+	// election held; not writing the row at all would hide a running task
+	// from Candidates and skip the check that all candidates share a
+	// strategy.
+	defer e.leave(ctx)
 	if err != nil {
 		return err
 	}

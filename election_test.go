@@ -257,6 +257,68 @@ func TestTryRun(t *testing.T) {
 	})
 }
 
+// A TryRun candidate is listed only while its TryRun runs: once TryRun
+// returns, having run the task, with ErrHeld, or with its context
+// cancelled mid-task, Candidates no longer lists it (a row left behind
+// showed every stopped instance as a dead candidate).
+func TestTryRunLeavesNoCandidate(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		ops := newOperator(t, db, "task")
+		listed := func(when, want string) {
+			t.Helper()
+			cs, err := ops.Candidates(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, c := range cs {
+				ids = append(ids, c.Identity)
+			}
+			if got := strings.Join(ids, ","); got != want {
+				t.Errorf("%s: candidates [%s], want [%s]", when, got, want)
+			}
+		}
+
+		a := newElector(t, s, db, "task", "a")
+		if err := a.TryRun(ctx, 0, func(context.Context, *election.Term) error {
+			listed("while a runs the task", "a")
+			return nil
+		}); err != nil {
+			t.Fatalf("TryRun: %v", err)
+		}
+		listed("after a ran the task", "")
+
+		b := newElector(t, s, db, "task", "b")
+		bctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		running := make(chan struct{})
+		done := make(chan error)
+		go func() {
+			done <- b.TryRun(bctx, time.Minute, func(ctx context.Context, _ *election.Term) error {
+				close(running)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+		<-running
+		c := newElector(t, s, db, "task", "c")
+		if err := c.TryRun(ctx, 0, func(context.Context, *election.Term) error {
+			t.Error("c ran the task while b held it")
+			return nil
+		}); !errors.Is(err, election.ErrHeld) {
+			t.Fatalf("TryRun while b runs the task: %v, want ErrHeld", err)
+		}
+		listed("while b runs the task, after c found it held", "b")
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("TryRun cancelled mid-task: %v, want the task's context.Canceled", err)
+		}
+		listed("after b's TryRun was cancelled mid-task", "")
+	})
+}
+
 // The observer sees terms start and end with their reason, and keepalives.
 func TestObserver(t *testing.T) {
 	t.Parallel()
