@@ -239,13 +239,17 @@ func dbNameOf(t *testing.T, db *sql.DB) string {
 	return name
 }
 
-// openAsUser creates a user with the given GRANT (%s stands for the user)
+// openAsUser creates a user with the given GRANTs (%s stands for the user)
 // and returns a pool on dbName as that user.
-func openAsUser(t *testing.T, dbName, user, grant string) *sql.DB {
+func openAsUser(t *testing.T, dbName, user string, grants ...string) *sql.DB {
 	t.Helper()
 	admin := server.Open(t, "")
 	account := "'" + user + "'@'%'"
-	for _, stmt := range []string{"CREATE USER " + account + " IDENTIFIED BY 'pw'", strings.ReplaceAll(grant, "%s", account)} {
+	stmts := []string{"CREATE USER " + account + " IDENTIFIED BY 'pw'"}
+	for _, grant := range grants {
+		stmts = append(stmts, strings.ReplaceAll(grant, "%s", account))
+	}
+	for _, stmt := range stmts {
 		if _, err := admin.Exec(stmt); err != nil {
 			t.Fatal(err)
 		}

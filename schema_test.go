@@ -1,8 +1,11 @@
 package election_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -72,5 +75,109 @@ func TestMissingGrantOnExistingTables(t *testing.T) {
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(msg, "UPDATE command denied") ||
 		!strings.Contains(msg, "UPDATE on `election_record`") || strings.Contains(msg, "CREATE TABLE") {
 		t.Fatalf("demote by a SELECT-only user: %v", err)
+	}
+}
+
+// The README's grants for candidates, readers and operators who steer are
+// enough for every call it lists for them: users are created from its
+// block, word for word but for the database and user names.
+func TestREADMEGrantsAreEnough(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, setup, _ := strings.Cut(string(readme), "## Set-up for DBAs")
+	_, block, _ := strings.Cut(setup, "```sql\n")
+	block, _, _ = strings.Cut(block, "```")
+	admin, _ := newDB(t)
+	dbName := dbNameOf(t, admin)
+	ctx := ctxFor(t, time.Minute)
+	if err := election.CreateSchema(ctx, admin, ""); err != nil { // the app user may not CREATE
+		t.Fatal(err)
+	}
+	createWrites(t, admin)
+	grants := map[string][]string{}
+	for _, line := range strings.Split(block, "\n") {
+		if !strings.HasPrefix(line, "GRANT ") {
+			continue
+		}
+		line, _, _ = strings.Cut(line, "--")
+		line = strings.TrimSuffix(strings.TrimSpace(line), ";")
+		_, account, _ := strings.Cut(line, " TO ")
+		role := strings.Trim(strings.TrimSuffix(account, "@'%'"), "'")
+		grant := strings.ReplaceAll(line, " ON app.", " ON `"+dbName+"`.")
+		grants[role] = append(grants[role], strings.ReplaceAll(grant, account, "%s"))
+	}
+	if len(grants) != 3 {
+		t.Fatalf("the README grants to %d roles, want app, viewer and operator: %q", len(grants), grants)
+	}
+	as := func(role string, extra ...string) *sql.DB {
+		if len(grants[role]) == 0 {
+			t.Fatalf("the README grants nothing to %q", role)
+		}
+		return openAsUser(t, dbName, role+"_"+dbName, append(grants[role], extra...)...)
+	}
+	app := as("app", "GRANT SELECT, INSERT ON `"+dbName+"`.writes TO %s")
+	viewer, operator := as("viewer"), as("operator")
+
+	// Candidates: Run with fenced writes, Campaign, TryRun, and their rows
+	// removed when they stop.
+	a, b := newElectorWith(t, app, "grants", fast), newElectorWith(t, app, "grants", func() election.Config { c := fast; c.Identity = "b"; return c }())
+	led := make(chan uint64, 10)
+	runInBackground(t, ctx, a, func(ctx context.Context, term *election.Term) error {
+		if err := fencedWrite(ctx, term, "a"); err != nil {
+			t.Errorf("fenced write as the README's app user: %v", err)
+		}
+		led <- term.Token()
+		<-ctx.Done()
+		return nil
+	})
+	first := <-led
+	bWaits := campaign(ctx, b)
+
+	// Readers.
+	ops := newOperator(t, viewer, "grants")
+	waitFor(t, "b to campaign", 10*time.Second, func() bool {
+		cands, err := ops.Candidates(ctx)
+		if err != nil {
+			t.Fatalf("Candidates as the README's viewer: %v", err)
+		}
+		return len(cands) == 2
+	})
+	if rec, err := ops.Leader(ctx); err != nil || rec.Token != first {
+		t.Fatalf("Leader as the README's viewer: %+v %v", rec, err)
+	}
+	if token, err := ops.Token(ctx); err != nil || token != first {
+		t.Fatalf("Token as the README's viewer: %d %v", token, err)
+	}
+	if hist, err := ops.History(ctx, 0); err != nil || len(hist) == 0 {
+		t.Fatalf("History as the README's viewer: %v %v", hist, err)
+	}
+	if recs, err := election.Elections(ctx, viewer, ""); err != nil || len(recs) != 1 {
+		t.Fatalf("Elections as the README's viewer: %v %v", recs, err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	if ev := <-ops.Watch(wctx); !ev.Leading || ev.Token != first {
+		t.Fatalf("Watch as the README's viewer: %+v", ev)
+	}
+	stop()
+
+	// Operators who steer: a hand-over to b, then a demotion.
+	steer := newOperator(t, operator, "grants")
+	if _, err := steer.Handover(ctx, "b"); err != nil {
+		t.Fatalf("Handover as the README's operator: %v", err)
+	}
+	termB := await(t, bWaits, 10*time.Second).term
+	if _, err := steer.Demote(ctx); err != nil {
+		t.Fatalf("Demote as the README's operator: %v", err)
+	}
+	<-termB.Done()
+	termB.Resign(ctx)
+	if next := <-led; next <= termB.Token() {
+		t.Fatalf("after the demotion, a leads with token %d, not above b's %d", next, termB.Token())
+	}
+	if err := b.TryRun(ctx, 0, func(context.Context, *election.Term) error { return nil }); !errors.Is(err, election.ErrHeld) {
+		t.Fatalf("TryRun as the README's app user while a leads: %v, want ErrHeld", err)
 	}
 }
