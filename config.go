@@ -124,7 +124,8 @@ type Observer struct {
 	// kill the session of a stuck or disobedient leader; reason is
 	// hang-killed or demote-killed.
 	Killed func(election, reason string, err error)
-	// CampaignFailed: a campaign under Run failed and will be retried.
+	// CampaignFailed: a campaign under Run failed. Run retries it, or
+	// returns err when retrying cannot fix it (see Run).
 	CampaignFailed func(election string, err error)
 }
 

@@ -89,7 +89,7 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 	}
 	var database sql.NullString
 	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", fmt.Errorf("election: reaching the server: %w", err)
+		return "", fmt.Errorf("election: reaching the server: %w", refusal(err))
 	}
 	if !database.Valid {
 		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
