@@ -46,6 +46,8 @@ type pinned struct {
 	id     uint64 // CONNECTION_ID()
 	lock   string
 	deputy bool // the session holds the deputy lock
+	queued bool // the session has queued for the deputy lock
+	seen   leaderSeen
 	token  uint64
 	row    presence
 }
@@ -150,11 +152,16 @@ func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 		return s.getLock(ctx, s.lock, 0)
 	}
 	if !s.deputy {
+		if !s.queued {
+			s.queued = true
+			s.g.log.Debug("waiting: queued for the deputy's place, silent until the server grants it")
+		}
 		got, err := s.getLock(ctx, deputyLock(s.lock), queueWait)
 		if err != nil || !got {
 			return false, err
 		}
 		s.deputy = true
+		s.g.log.Debug("waiting: became the deputy, which watches the leader every CheckInterval", "check_interval", s.g.st.cfg.CheckInterval.String())
 	}
 	return s.getLock(ctx, s.lock, s.g.st.cfg.CheckInterval)
 }
@@ -194,10 +201,15 @@ func (s *pinned) contend(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if rec.Leading() {
+		s.seen.see(s.g.log, rec.Identity, rec.Token)
+	}
 	why := rec.overdue()
 	if why == "" {
 		return nil
 	}
+	s.g.log.Debug("the leader is overdue; killing its session", "reason", why, "leader", rec.Identity, "token", rec.Token,
+		"renewed_ago", rec.RenewedAgo.String(), "expiry", rec.Expiry.String())
 	err = st.kill(ctx, s.conn, s.lock, rec, why, s.g.log, func(err error) {
 		if err == nil {
 			s.g.kills.Add(1)

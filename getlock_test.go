@@ -334,8 +334,9 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	}
 	waitFor(t, "every waiter to join", 20*time.Second, func() bool { return len(liveCandidates(t, ops)) == 5 })
 
-	// Three waiters queue behind the deputy; over 20 check intervals none
-	// of them sends a statement (the server's query id of each stays).
+	// Three waiters queue behind the deputy; over 20 check intervals
+	// (CheckInterval is Interval) none of them sends a statement (the
+	// server's query id of each stays).
 	queued := func() map[int64]int64 {
 		rows, err := admin.QueryContext(ctx, "SELECT ID, QUERY_ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT GET_LOCK(%/deputy%'", dbName)
 		if err != nil {
@@ -354,7 +355,7 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	}
 	var before map[int64]int64
 	waitFor(t, "three waiters to queue behind the deputy", 20*time.Second, func() bool { before = queued(); return len(before) == 3 })
-	time.Sleep(20 * fast.CheckInterval)
+	time.Sleep(20 * fast.Interval)
 	if after := queued(); !maps.Equal(before, after) {
 		t.Fatalf("queued waiters sent statements: sessions and query ids %v, then %v", before, after)
 	}

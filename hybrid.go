@@ -461,6 +461,22 @@ func alive(c string) string {
 		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us)"
 }
 
+// leaderSeen is whom a waiting candidate last saw lead. It logs, at Debug,
+// each leader it sees once, not each check, so that a follower's log shows
+// whom it waits for without a line per CheckInterval.
+type leaderSeen struct {
+	identity string
+	token    uint64
+}
+
+func (l *leaderSeen) see(log *slog.Logger, identity string, token uint64) {
+	if l.identity == identity && l.token == token {
+		return
+	}
+	l.identity, l.token = identity, token
+	log.Debug("waiting: another candidate leads", "leader", identity, "token", token)
+}
+
 // presence is this candidate's row, which lists it among the candidates
 // and makes it a valid hand-over target while it is alive (see alive).
 type presence struct {
