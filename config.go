@@ -89,9 +89,11 @@ type Config struct {
 	// watches the leader for the others (GetLock), looks for a leader that
 	// hangs or ignores a demotion, and how often a LeaseRow candidate tries
 	// the lease. Other GetLock waiters send nothing while they wait: they
-	// block in GET_LOCK for up to an hour at a time, so a DSN
-	// readTimeout, if one is set, must be longer. Default Interval; at most
-	// Lease.
+	// block in GET_LOCK for up to an hour at a time. A DSN readTimeout
+	// shorter than these waits cuts them, as it cuts any statement that
+	// runs longer: a GetLock candidate learns it from the first two waits
+	// it cuts, logs a WARN, and from then on waits in steps of half of it,
+	// sending a statement per step. Default Interval; at most Lease.
 	CheckInterval time.Duration
 	// TablePrefix starts the table names. Default DefaultTablePrefix.
 	TablePrefix string
