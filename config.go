@@ -103,7 +103,14 @@ type Config struct {
 	// HistoryLimit bounds the term history kept per election. Default
 	// DefaultHistoryLimit.
 	HistoryLimit int
-	// Logger receives structured logs. Default: none.
+	// Logger receives structured logs: terms started and ended (Info),
+	// failed keepalives and campaigns (Warn), and at Debug what a waiting
+	// candidate does (queued, became the deputy, whom it waits for: once
+	// per leader, not per check). Default: none. The MySQL driver prints
+	// its own faults to stderr, unstructured; route them to slog with
+	// mysql.SetLogger before sql.Open, or per pool with the Logger of a
+	// mysql.Config (README, "Logs"). The library leaves the driver's
+	// logger, which is process-wide, to you.
 	Logger *slog.Logger
 	// Observer receives events, for metrics. Default: none.
 	Observer *Observer
