@@ -169,7 +169,7 @@ func schemaError(t tables, err error) error {
 	}
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
-	case 1142, 1227: // command denied
+	case 1142, 1227: // a command or a privilege denied
 		if !strings.HasPrefix(me.Message, "CREATE") {
 			// The tables exist; a grant on them is missing.
 			return fmt.Errorf("%w: %w; grant the user what the message names: %s", ErrSchema, err, grants(t))
