@@ -89,9 +89,11 @@ type Config struct {
 	// watches the leader for the others (GetLock), looks for a leader that
 	// hangs or ignores a demotion, and how often a LeaseRow candidate tries
 	// the lease. Other GetLock waiters send nothing while they wait: they
-	// block in GET_LOCK for up to an hour at a time, so a DSN
-	// readTimeout, if one is set, must be longer. Default Interval; at most
-	// Lease.
+	// block in GET_LOCK for up to an hour at a time. A DSN readTimeout
+	// shorter than these waits cuts them, as it cuts any statement that
+	// runs longer: a GetLock candidate learns it from the first two waits
+	// it cuts, logs a WARN, and from then on waits in steps of half of it,
+	// sending a statement per step. Default Interval; at most Lease.
 	CheckInterval time.Duration
 	// TablePrefix starts the table names. Default DefaultTablePrefix.
 	TablePrefix string
@@ -101,7 +103,14 @@ type Config struct {
 	// HistoryLimit bounds the term history kept per election. Default
 	// DefaultHistoryLimit.
 	HistoryLimit int
-	// Logger receives structured logs. Default: none.
+	// Logger receives structured logs: terms started and ended (Info),
+	// failed keepalives and campaigns (Warn), and at Debug what a waiting
+	// candidate does (queued, became the deputy, whom it waits for: once
+	// per leader, not per check). Default: none. The MySQL driver prints
+	// its own faults to stderr, unstructured; route them to slog with
+	// mysql.SetLogger before sql.Open, or per pool with the Logger of a
+	// mysql.Config (README, "Logs"). The library leaves the driver's
+	// logger, which is process-wide, to you.
 	Logger *slog.Logger
 	// Observer receives events, for metrics. Default: none.
 	Observer *Observer
@@ -124,7 +133,8 @@ type Observer struct {
 	// kill the session of a stuck or disobedient leader; reason is
 	// hang-killed or demote-killed.
 	Killed func(election, reason string, err error)
-	// CampaignFailed: a campaign under Run failed and will be retried.
+	// CampaignFailed: a campaign under Run failed. Run retries it, or
+	// returns err when retrying cannot fix it (see Run).
 	CampaignFailed func(election string, err error)
 }
 

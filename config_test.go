@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,5 +117,60 @@ func TestUnreachableServer(t *testing.T) {
 	err = e.Run(ctx, func(context.Context, *election.Term) error { t.Error("led without a server"); return nil })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run against no server returned %v", err)
+	}
+}
+
+// A login the server refuses does not heal by retrying: Run returns
+// ErrAccessDenied, naming the fix, after one campaign instead of retrying
+// forever; the Observer saw that one failure, HealthHandler answers 503, and
+// an Operator gets the same error. (An unreachable server is retried:
+// TestUnreachableServer.)
+func TestRefusedLoginEndsRun(t *testing.T) {
+	t.Parallel()
+	dbName := server.NewDatabase(t)
+	app, stranger := "app_"+dbName, "stranger_"+dbName
+	openAsUser(t, dbName, app, "GRANT ALL ON `"+dbName+"`.* TO %s")
+	openAsUser(t, dbName, stranger, "GRANT USAGE ON *.* TO %s") // no privilege on any database
+	wrongPassword, notTheirs := server.Config(dbName), server.Config(dbName)
+	wrongPassword.User, wrongPassword.Passwd = app, "wrong"
+	notTheirs.User, notTheirs.Passwd = stranger, "pw"
+	for _, tc := range []struct{ name, dsn, fix string }{
+		{"wrong password", wrongPassword.FormatDSN(), "user and password"},
+		{"database of another user", notTheirs.FormatDSN(), "grant the DSN's user privileges on its database"},
+		{"no such database", server.DSN(dbName + "_missing"), "create the database"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+				var (
+					mu     sync.Mutex
+					failed []error
+				)
+				cfg := fast
+				cfg.Strategy, cfg.Identity = s, "a"
+				cfg.Observer = &election.Observer{CampaignFailed: func(_ string, err error) {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+				}}
+				db := openDSN(t, tc.dsn)
+				e := newElectorWith(t, db, "refused", cfg)
+				ctx := ctxFor(t, time.Minute) // a guard only: Run must return by itself
+				err := e.Run(ctx, func(context.Context, *election.Term) error { t.Error("led with a refused login"); return nil })
+				if !errors.Is(err, election.ErrAccessDenied) || ctx.Err() != nil || !strings.Contains(err.Error(), tc.fix) {
+					t.Fatalf("Run returned %v (context: %v), want ErrAccessDenied naming the fix %q", err, ctx.Err(), tc.fix)
+				}
+				mu.Lock()
+				if len(failed) != 1 || !errors.Is(failed[0], election.ErrAccessDenied) {
+					t.Errorf("the Observer saw the failed campaigns %v, want the one Run returned", failed)
+				}
+				mu.Unlock()
+				if code, body := status(e.HealthHandler()); code != http.StatusServiceUnavailable || !strings.Contains(body, "refused the login") {
+					t.Errorf("health after Run returned: %d %s", code, body)
+				}
+				if _, err := newOperatorWith(t, db, "refused", fast).Leader(ctx); !errors.Is(err, election.ErrAccessDenied) {
+					t.Errorf("Operator.Leader: %v, want ErrAccessDenied", err)
+				}
+			})
+		})
 	}
 }

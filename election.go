@@ -77,6 +77,7 @@ type Elector struct {
 	claim   uint64 // counts campaigns, so that a late keeper releases only its own
 	term    *Term  // the current term, if any
 	running *Term  // the term whose function Run is running
+	stopped error  // why the last Run returned, if retrying could not fix it
 
 	stats counters
 }
@@ -166,7 +167,7 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 	w, err := e.side.acquire(waitCtx, try)
 	if err != nil {
 		e.end(claim)
-		return nil, err
+		return nil, refusal(err) // whichever statement opened the refused session
 	}
 	e.stats.terms.Add(1)
 	t := newTerm(e.st, e.log, w, termCtx, func() { e.end(claim) })
@@ -217,13 +218,23 @@ func (e *Elector) end(claim uint64) {
 // the lease when fn ignored a demotion. Writes checked with the term's
 // fencing token (Term.Fenced, Fence) are refused from then on; other writes
 // are not. HealthHandler answers 503 while fn outlives its term by
-// more than Margin, for a supervisor to restart the process. Run returns
-// ctx's error once ctx ends, fn's result if fn returns while the term is
-// still held (the work is done; the term is resigned first), and at once on
-// errors that retrying cannot fix (ErrInvalidConfig, ErrSchema,
-// ErrCampaigning, ErrStrategy, ErrUnsupported).
+// more than Margin, for a supervisor to restart the process.
+//
+// Run returns ctx's error once ctx ends, and fn's result if fn returns while
+// the term is still held (the work is done; the term is resigned first).
+// A failed campaign (the server unreachable or restarting, a session lost)
+// is logged, reported to Observer.CampaignFailed and retried with backoff,
+// except for errors that retrying with the same DSN and Config cannot fix,
+// which Run returns at once: ErrAccessDenied (a wrong password, a database
+// that is missing or not the user's), ErrSchema (tables missing, a grant
+// missing), ErrInvalidConfig, ErrStrategy, ErrUnsupported and
+// ErrCampaigning. A DBA may fix the first two while the process runs; Run
+// leaves it to the caller to call it again later, or to exit for its
+// supervisor to restart it (HealthHandler answers 503 naming the error
+// until Run is called again).
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
 	defer e.leave(ctx)
+	e.setStopped(nil)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = e.st.cfg.Interval
 	b.MaxInterval = e.st.cfg.Lease
@@ -265,11 +276,14 @@ func (e *Elector) retry(ctx context.Context, b backoff.BackOff, err error) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	e.st.cfg.Observer.campaignFailed(e.st.name, err)
 	if permanent(err) {
+		if !errors.Is(err, ErrCampaigning) { // the campaign under way goes on
+			e.setStopped(err)
+		}
 		return err
 	}
 	e.log.Warn("campaign failed; retrying", "err", err)
-	e.st.cfg.Observer.campaignFailed(e.st.name, err)
 	return pause(ctx, b)
 }
 
@@ -285,7 +299,7 @@ func pause(ctx context.Context, b backoff.BackOff) error {
 
 // permanent reports whether a campaign's error is one retrying cannot fix.
 func permanent(err error) bool {
-	for _, p := range []error{ErrInvalidConfig, ErrSchema, ErrCampaigning, ErrStrategy, ErrUnsupported} {
+	for _, p := range []error{ErrAccessDenied, ErrInvalidConfig, ErrSchema, ErrCampaigning, ErrStrategy, ErrUnsupported} {
 		if errors.Is(err, p) {
 			return true
 		}
@@ -319,6 +333,12 @@ func (e *Elector) runTerm(ctx context.Context, t *Term, fn func(ctx context.Cont
 func (e *Elector) setRunning(t *Term) {
 	e.mu.Lock()
 	e.running = t
+	e.mu.Unlock()
+}
+
+func (e *Elector) setStopped(err error) {
+	e.mu.Lock()
+	e.stopped = err
 	e.mu.Unlock()
 }
 

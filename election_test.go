@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -556,5 +557,67 @@ func TestCampaignGivesUpOnAHungConnection(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			t.Fatalf("campaign through a partition: %v (caller's context: %v); want it to give up by itself", err, ctx.Err())
 		}
+	})
+}
+
+// A follower's Debug log tells a healthy follower from a stuck one: that it
+// waits (under GetLock, queued or as the deputy) and who leads with which
+// token, once per leader, with no line per check. When the leader resigns,
+// the other follower's log names the new leader.
+func TestFollowerLogs(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		leader := await(t, campaign(ctx, newElector(t, s, db, "logs", "l")), 10*time.Second).term
+		follower := func(id string) (<-chan result, *logBuffer) {
+			cfg := fast
+			cfg.Strategy, cfg.Identity = s, id
+			var logs *logBuffer
+			cfg.Logger, logs = newLogged()
+			return campaign(ctx, newElectorWith(t, db, "logs", cfg)), logs
+		}
+		leads := func(id string, token uint64) string { return fmt.Sprintf("leader=%s token=%d", id, token) }
+		rf, lf := follower("f")
+		waitFor(t, "f to log who leads", 20*time.Second, func() bool { return len(lf.lines("level=DEBUG", leads("l", leader.Token()))) == 1 })
+		rq, lq := follower("q")
+		waiting := leads("l", leader.Token()) // under LeaseRow every follower reads the record
+		if s == election.GetLock {
+			if len(lf.lines("became the deputy")) != 1 {
+				t.Fatalf("the first follower did not log that it became the deputy:\n%s", lf.lines())
+			}
+			waiting = "queued for the deputy's place"
+		}
+		waitFor(t, "q to log that it waits", 20*time.Second, func() bool { return len(lq.lines("level=DEBUG", waiting)) == 1 })
+
+		// 20 checks later (CheckInterval is Interval), nothing more: no line
+		// per check.
+		nf, nq := len(lf.lines()), len(lq.lines())
+		time.Sleep(20 * fast.Interval)
+		if len(lf.lines()) != nf || len(lq.lines()) != nq {
+			t.Fatalf("followers logged while nothing changed:\n%s\n%s", strings.Join(lf.lines(), "\n"), strings.Join(lq.lines(), "\n"))
+		}
+
+		resignAll(t, leader)
+		var (
+			next  result
+			other *logBuffer
+		)
+		select {
+		case next = <-rf:
+			other = lq
+		case next = <-rq:
+			other = lf
+		}
+		if next.err != nil {
+			t.Fatal(next.err)
+		}
+		t.Cleanup(func() { next.term.Resign(context.Background()) })
+		winner := "f"
+		if other == lf {
+			winner = "q"
+		}
+		waitFor(t, "the other follower to log the new leader", 20*time.Second, func() bool {
+			return len(other.lines("level=DEBUG", leads(winner, next.term.Token()))) == 1
+		})
 	})
 }

@@ -11,6 +11,11 @@ var (
 	// ErrSchema: the tables are missing or the user may not use them; the
 	// message carries the DDL to run.
 	ErrSchema = errors.New("election: tables missing or not usable")
+	// ErrAccessDenied: the server refused the DSN's login: a wrong user or
+	// password (MySQL error 1045), no access to the DSN's database (1044),
+	// or no such database (1049). The message names the fix. Retrying with
+	// the same DSN fails the same way until a DBA acts, so Run returns it.
+	ErrAccessDenied = errors.New("election: the server refused the login")
 	// ErrCampaigning: this Elector already campaigns or leads; one Elector is
 	// one candidate.
 	ErrCampaigning = errors.New("election: this elector is already campaigning or leading")

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // getLock is the GetLock strategy: each candidate pins a session of its
@@ -25,6 +28,7 @@ type getLock struct {
 	st                 *store
 	log                *slog.Logger
 	kills, killsDenied *atomic.Uint64 // the Elector's Stats
+	limit              readLimit
 }
 
 // queueWait bounds one wait of a candidate queued behind the deputy, the
@@ -32,10 +36,60 @@ type getLock struct {
 // less than a statement per second. The wait needs no bound to hand over:
 // the deputy's end (a crash, wait_timeout, a kill, or a win) grants the
 // deputy lock at once to the next in the queue, and the server ends the wait
-// of a client that closed its connection. A DSN readTimeout, if set, must be
-// longer (the driver's TCP keepalives keep the quiet connection open through
-// NATs and load balancers).
+// of a client that closed its connection. A shorter DSN readTimeout makes
+// the waits shorter (see readLimit); the driver's TCP keepalives keep the
+// quiet connection open through NATs and load balancers.
 const queueWait = time.Hour
+
+// readLimit learns a DSN's readTimeout. The driver ends a statement that
+// runs longer as if the connection were lost ("invalid connection"), and
+// drops the session with it; a wait in GET_LOCK is such a statement. A
+// *sql.DB does not show its DSN, so the limit is learnt from the waits it
+// ends: two in a row that end so after the same time were cut by it (a
+// fault does not repeat so exactly, and a wait that outlasts the first
+// one clears it). From then on waits last at most half that: the candidate
+// works, at the price of a statement per step where it would send one an
+// hour.
+type readLimit struct {
+	mu   sync.Mutex
+	last time.Duration // how long the last wait ended so had run, if no longer wait followed
+	step time.Duration // the longest wait, once learnt
+}
+
+// fit returns wait, shortened to fit under the learnt readTimeout.
+func (l *readLimit) fit(wait time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.step > 0 {
+		return min(wait, l.step)
+	}
+	return wait
+}
+
+// ended notes a wait that ran for ran, cut by the driver or not; it
+// returns the new step when this cut taught it, else 0.
+func (l *readLimit) ended(ran time.Duration, cut bool) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slack := 100*time.Millisecond + l.last/10 // scheduling, and the round trip
+	switch {
+	case !cut:
+		if ran > l.last+slack {
+			l.last = 0 // no readTimeout made the last cut
+		}
+		return 0
+	case l.last == 0 || ran < l.last-slack || ran > l.last+slack:
+		l.last = ran
+		return 0
+	}
+	step := min(ran, l.last) / 2
+	l.last = 0
+	if l.step > 0 && l.step <= step {
+		return 0
+	}
+	l.step = step
+	return step
+}
 
 // pinned is one candidate's own server session. Lock, keepalive and
 // ownership statements run only here: through the pool, database/sql would
@@ -46,6 +100,8 @@ type pinned struct {
 	id     uint64 // CONNECTION_ID()
 	lock   string
 	deputy bool // the session holds the deputy lock
+	queued bool // the session has queued for the deputy lock
+	seen   leaderSeen
 	token  uint64
 	row    presence
 }
@@ -126,7 +182,8 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	// by this candidate's last session, which is closing (or, cut off, is
 	// dropped within W): wait for it within the lease.
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), cfg.Lease.Seconds())).Scan(&s.id, &got); err != nil {
+	wait := g.limit.fit(cfg.Lease)
+	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), wait.Seconds())).Scan(&s.id, &got); err != nil {
 		s.close()
 		return nil, fmt.Errorf("election: setting up the session: %w", err)
 	}
@@ -150,28 +207,43 @@ func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 		return s.getLock(ctx, s.lock, 0)
 	}
 	if !s.deputy {
+		if !s.queued {
+			s.queued = true
+			s.g.log.Debug("waiting: queued for the deputy's place, silent until the server grants it")
+		}
 		got, err := s.getLock(ctx, deputyLock(s.lock), queueWait)
 		if err != nil || !got {
 			return false, err
 		}
 		s.deputy = true
+		s.g.log.Debug("waiting: became the deputy, which watches the leader every CheckInterval", "check_interval", s.g.st.cfg.CheckInterval.String())
 	}
 	return s.getLock(ctx, s.lock, s.g.st.cfg.CheckInterval)
 }
 
-// getLock runs GET_LOCK(name, wait) on the session. GET_LOCK returns 1
-// when acquired, 0 on timeout, NULL on error (a killed query).
+// getLock runs GET_LOCK(name, wait) on the session, the wait shortened to
+// fit under a learnt readTimeout. GET_LOCK returns 1 when acquired, 0 on
+// timeout, NULL on error (a killed query).
 func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (bool, error) {
 	var got sql.NullInt64
+	wait = s.g.limit.fit(wait)
 	began := time.Now()
 	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", name, wait.Seconds())).Scan(&got)
+	ran := time.Since(began)
+	cut := errors.Is(err, mysql.ErrInvalidConn)
+	if wait > 0 && ctx.Err() == nil && (err == nil || cut) {
+		if step := s.g.limit.ended(ran, cut); step > 0 {
+			s.g.log.Warn("the DSN's readTimeout ends lock waits: waiting in steps that fit under it, a statement each; "+
+				"to wait silently, give the Elector a *sql.DB whose DSN has no readTimeout, or one above "+queueWait.String(),
+				"cut_after", ran.Round(time.Millisecond).String(), "step", step.Round(time.Millisecond).String())
+		}
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return false, ctx.Err()
-	case err != nil && wait > time.Second && time.Since(began) >= time.Second:
-		// The driver ends a read after the DSN's readTimeout as it ends a
-		// lost connection: say what the wait was.
-		return false, fmt.Errorf("%w: waiting up to %v for a lock (if the DSN sets readTimeout, it must exceed this wait): %w", ErrSessionLost, wait, err)
+	case cut && wait > 0:
+		return false, fmt.Errorf("%w: waiting up to %v for a lock, the connection failed after %v, as it does when a DSN readTimeout is shorter than the wait (two such cuts in a row, and the waits are made to fit under it): %w",
+			ErrSessionLost, wait, ran.Round(time.Millisecond), err)
 	case err != nil:
 		return false, fmt.Errorf("%w: waiting for the lock: %w", ErrSessionLost, err)
 	case !got.Valid:
@@ -194,10 +266,15 @@ func (s *pinned) contend(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if rec.Leading() {
+		s.seen.see(s.g.log, rec.Identity, rec.Token)
+	}
 	why := rec.overdue()
 	if why == "" {
 		return nil
 	}
+	s.g.log.Debug("the leader is overdue; killing its session", "reason", why, "leader", rec.Identity, "token", rec.Token,
+		"renewed_ago", rec.RenewedAgo.String(), "expiry", rec.Expiry.String())
 	err = st.kill(ctx, s.conn, s.lock, rec, why, s.g.log, func(err error) {
 		if err == nil {
 			s.g.kills.Add(1)

@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"maps"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/sqlelect/election"
 )
 
@@ -334,8 +336,9 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	}
 	waitFor(t, "every waiter to join", 20*time.Second, func() bool { return len(liveCandidates(t, ops)) == 5 })
 
-	// Three waiters queue behind the deputy; over 20 check intervals none
-	// of them sends a statement (the server's query id of each stays).
+	// Three waiters queue behind the deputy; over 20 check intervals
+	// (CheckInterval is Interval) none of them sends a statement (the
+	// server's query id of each stays).
 	queued := func() map[int64]int64 {
 		rows, err := admin.QueryContext(ctx, "SELECT ID, QUERY_ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT GET_LOCK(%/deputy%'", dbName)
 		if err != nil {
@@ -354,7 +357,7 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	}
 	var before map[int64]int64
 	waitFor(t, "three waiters to queue behind the deputy", 20*time.Second, func() bool { before = queued(); return len(before) == 3 })
-	time.Sleep(20 * fast.CheckInterval)
+	time.Sleep(20 * fast.Interval)
 	if after := queued(); !maps.Equal(before, after) {
 		t.Fatalf("queued waiters sent statements: sessions and query ids %v, then %v", before, after)
 	}
@@ -453,23 +456,106 @@ func TestIdentityInUse(t *testing.T) {
 	}
 }
 
-// A DSN readTimeout shorter than a queued candidate's wait ends the wait;
-// the error says what to change.
-func TestReadTimeoutBelowTheQueueWait(t *testing.T) {
-	t.Parallel()
-	db, _ := newDB(t)
-	dbName := dbNameOf(t, db)
-	ctx := ctxFor(t, time.Minute)
-	ops := newOperator(t, db, "read-timeout")
-	await(t, campaign(ctx, newElector(t, election.GetLock, db, "read-timeout", "leader")), 10*time.Second)
-	campaign(ctx, newElector(t, election.GetLock, server.Open(t, dbName), "read-timeout", "deputy"))
-	waitFor(t, "the deputy to join", 20*time.Second, func() bool { return liveCandidates(t, ops)["deputy"] })
-	cfg := server.Config(dbName)
-	cfg.ReadTimeout = time.Second
-	_, err := newElector(t, election.GetLock, openDSN(t, cfg.FormatDSN()), "read-timeout", "queued").Campaign(ctx)
-	if !errors.Is(err, election.ErrSessionLost) || !strings.Contains(err.Error(), "readTimeout") {
-		t.Fatalf("queued candidate with readTimeout=1s: %v, want ErrSessionLost naming readTimeout", err)
+// A DSN readTimeout (500ms) shorter than the waits (CheckInterval 1s for
+// the deputy, an hour for a queued candidate) cuts them, as the driver cuts
+// any statement that runs longer. A candidate that wins at once never waits
+// and leads; a waiting one, deputy or queued, learns the limit from the
+// first cuts, says so in one WARN, waits in steps that fit under it, fails
+// no more campaigns, and leads when its turn comes. The driver's own lines
+// go to slog through its connector's Logger (README, "Logs").
+func TestReadTimeoutBelowTheWaits(t *testing.T) {
+	const readTimeout = 500 * time.Millisecond
+	timing := election.Config{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second, CheckInterval: time.Second}
+	// candidate returns an Elector on a pool whose DSN sets readTimeout,
+	// with its log and the driver's in one buffer.
+	candidate := func(t *testing.T, dbName, id string) (*election.Elector, *logBuffer) {
+		logger, logs := newLogged()
+		cfg := server.Config(dbName)
+		cfg.ReadTimeout = readTimeout
+		cfg.Logger = slog.NewLogLogger(logger.With("source", "mysql").Handler(), slog.LevelWarn)
+		connector, err := mysql.NewConnector(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(connector)
+		t.Cleanup(func() { db.Close() })
+		c := timing
+		c.Identity, c.Logger = id, logger
+		return newElectorWith(t, db, "read-timeout", c), logs
 	}
+	// leads runs e under Run and returns the tokens of its terms.
+	leads := func(t *testing.T, e *election.Elector) <-chan uint64 {
+		tokens := make(chan uint64, 1)
+		runInBackground(t, context.Background(), e, func(ctx context.Context, term *election.Term) error {
+			tokens <- term.Token()
+			<-ctx.Done()
+			return nil
+		})
+		return tokens
+	}
+	// fits waits until e has learnt the limit, then checks that it fails
+	// no campaign over many steps.
+	fits := func(t *testing.T, logs *logBuffer) {
+		t.Helper()
+		waitFor(t, "the WARN that waits fit under readTimeout", 30*time.Second, func() bool {
+			return len(logs.lines("level=WARN", "readTimeout", "step=")) == 1
+		})
+		if len(logs.lines("source=mysql", "i/o timeout")) == 0 {
+			t.Errorf("the driver's lines did not reach slog:\n%s", strings.Join(logs.lines(), "\n"))
+		}
+		failed := len(logs.lines("campaign failed"))
+		time.Sleep(8 * readTimeout)
+		if n := len(logs.lines("campaign failed")); n != failed || len(logs.lines("readTimeout", "level=WARN", "step=")) != 1 {
+			t.Fatalf("campaigns still fail once the waits fit:\n%s", strings.Join(logs.lines(), "\n"))
+		}
+	}
+
+	t.Run("leader-elect", func(t *testing.T) {
+		t.Parallel()
+		e, logs := candidate(t, server.NewDatabase(t), "a")
+		token := <-leads(t, e)
+		time.Sleep(8 * readTimeout)
+		if !e.IsLeader() || len(logs.lines("level=WARN")) != 0 {
+			t.Fatalf("leader %d with readTimeout=500ms: leads %v, log:\n%s", token, e.IsLeader(), strings.Join(logs.lines(), "\n"))
+		}
+	})
+	t.Run("deputy", func(t *testing.T) {
+		t.Parallel()
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		first := await(t, campaign(ctx, newElector(t, election.GetLock, db, "read-timeout", "leader")), 10*time.Second).term
+		e, logs := candidate(t, dbNameOf(t, db), "deputy")
+		tokens := leads(t, e)
+		fits(t, logs)
+		if len(logs.lines("became the deputy")) == 0 {
+			t.Fatalf("not the deputy:\n%s", strings.Join(logs.lines(), "\n"))
+		}
+		resignAll(t, first)
+		assertTokenAfter(t, <-tokens, first.Token())
+	})
+	t.Run("queued", func(t *testing.T) {
+		t.Parallel()
+		db, _ := newDB(t)
+		dbName := dbNameOf(t, db)
+		ctx := ctxFor(t, time.Minute)
+		first := await(t, campaign(ctx, newElector(t, election.GetLock, db, "read-timeout", "leader")), 10*time.Second).term
+		cfg := fast
+		cfg.Identity = "deputy"
+		var deputyLogs *logBuffer
+		cfg.Logger, deputyLogs = newLogged()
+		deputy := campaign(ctx, newElectorWith(t, server.Open(t, dbName), "read-timeout", cfg))
+		waitFor(t, "the deputy", 20*time.Second, func() bool { return len(deputyLogs.lines("became the deputy")) == 1 })
+		e, logs := candidate(t, dbName, "queued")
+		tokens := leads(t, e)
+		fits(t, logs)
+		if len(logs.lines("queued for the deputy's place")) == 0 {
+			t.Fatalf("not queued:\n%s", strings.Join(logs.lines(), "\n"))
+		}
+		resignAll(t, first)
+		second := await(t, deputy, 20*time.Second).term
+		resignAll(t, second)
+		assertTokenAfter(t, <-tokens, second.Token())
+	})
 }
 
 // A queued candidate waits in one long statement: a global

@@ -76,7 +76,7 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 	}
 	var database sql.NullString
 	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", fmt.Errorf("election: reaching the server: %w", err)
+		return "", fmt.Errorf("election: reaching the server: %w", refusal(err))
 	}
 	if !database.Valid {
 		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
@@ -429,6 +429,22 @@ func candidateLockSQL(c string) string {
 func alive(c string) string {
 	return "IF(" + c + ".strategy = " + literal(GetLock.String()) + ", IS_USED_LOCK(" + candidateLockSQL(c) + ") IS NOT NULL, " +
 		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us)"
+}
+
+// leaderSeen is whom a waiting candidate last saw lead. It logs, at Debug,
+// each leader it sees once, not each check, so that a follower's log shows
+// whom it waits for without a line per CheckInterval.
+type leaderSeen struct {
+	identity string
+	token    uint64
+}
+
+func (l *leaderSeen) see(log *slog.Logger, identity string, token uint64) {
+	if l.identity == identity && l.token == token {
+		return
+	}
+	l.identity, l.token = identity, token
+	log.Debug("waiting: another candidate leads", "leader", identity, "token", token)
 }
 
 // presence is this candidate's row, which lists it among the candidates

@@ -60,6 +60,10 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 	if err := bounded(func(ctx context.Context) error { return h.row.join(ctx, l.st.db) }); err != nil {
 		return won{}, err
 	}
+	if !try {
+		l.log.Debug("waiting: trying the lease every CheckInterval", "check_interval", l.st.cfg.CheckInterval.String())
+	}
+	var seen leaderSeen
 	tick := time.NewTicker(l.st.cfg.CheckInterval)
 	defer tick.Stop()
 	for {
@@ -80,6 +84,8 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 			return won{}, err
 		case try:
 			return won{}, ErrHeld
+		case errors.Is(err, ErrHeld):
+			seen.see(l.log, p.holder, p.epoch)
 		}
 		if err := bounded(func(ctx context.Context) error { return h.row.beatIfDue(ctx, l.st.db) }); err != nil {
 			return won{}, err

@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -337,6 +338,43 @@ func checkWrites(t testing.TB, db *sql.DB) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// logBuffer keeps the text of log records, for a test to read.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// newLogged returns a logger of every record at Debug and up, and its
+// buffer.
+func newLogged() (*slog.Logger, *logBuffer) {
+	l := &logBuffer{}
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug})), l
+}
+
+// Write takes one record: the handler writes each in one call.
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// lines returns the records logged so far that contain every one of parts.
+func (l *logBuffer) lines(parts ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // --- candidates in separate processes ---

@@ -164,12 +164,12 @@ func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
 
 func schemaError(t tables, err error) error {
 	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return err
+	if err = refusal(err); errors.Is(err, ErrAccessDenied) || !errors.As(err, &me) {
+		return err // a refused login says nothing of the tables
 	}
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
-	case 1142, 1044, 1045, 1227: // command denied, access denied
+	case 1142, 1227: // a command or a privilege denied
 		if !strings.HasPrefix(me.Message, "CREATE") {
 			// The tables exist; a grant on them is missing.
 			return fmt.Errorf("%w: %w; grant the user what the message names: %s", ErrSchema, err, grants(t))
@@ -183,6 +183,26 @@ func schemaError(t tables, err error) error {
 	return err
 }
 
+// refusal wraps err in ErrAccessDenied, with the fix, when the server
+// refused the login with it: any statement through the pool may open a
+// session, and so meet a password changed or a grant revoked since the
+// last. Other errors come back as they are.
+func refusal(err error) error {
+	var me *mysql.MySQLError
+	if errors.Is(err, ErrAccessDenied) || !errors.As(err, &me) {
+		return err
+	}
+	switch me.Number {
+	case 1045:
+		return fmt.Errorf("%w: %w; check the DSN's user and password", ErrAccessDenied, err)
+	case 1044:
+		return fmt.Errorf("%w: %w; grant the DSN's user privileges on its database, or name another", ErrAccessDenied, err)
+	case 1049:
+		return fmt.Errorf("%w: %w; create the database, or name an existing one in the DSN", ErrAccessDenied, err)
+	}
+	return err
+}
+
 // grants lists the privileges each role needs on the tables t.
 func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
@@ -192,7 +212,7 @@ func grants(t tables) string {
 
 func isDenied(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044 || me.Number == 1227)
+	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1227)
 }
 
 // lockName derives the server-wide GET_LOCK name of an election. Lock names

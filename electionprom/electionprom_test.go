@@ -262,6 +262,29 @@ func TestCampaignFailures(t *testing.T) {
 	}
 }
 
+// A campaign that retrying cannot fix (a database that does not exist) is
+// counted once: Run returns it instead of retrying.
+func TestRefusedCampaignCountedOnce(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("mysql", server.DSN("no_such_database"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	reg, m := newMetrics(t)
+	e := newElector(t, db, election.GetLock, "refused", "a", m)
+	err = e.Run(ctxFor(t, time.Minute), func(context.Context, *election.Term) error {
+		t.Error("led on a missing database")
+		return nil
+	})
+	if !errors.Is(err, election.ErrAccessDenied) {
+		t.Fatalf("Run: %v, want ErrAccessDenied", err)
+	}
+	if n := value(t, reg, "election_failures_total", "election", "refused", "kind", "campaign"); n != 1 {
+		t.Fatalf("%v failed campaigns counted, want 1", n)
+	}
+}
+
 // New registers all metrics or none.
 func TestRegisterTwice(t *testing.T) {
 	t.Parallel()

@@ -19,8 +19,8 @@
 // command is the first argument that is neither a flag nor a flag's value;
 // after -- every argument is positional. Exit codes: 0 done, 1 error,
 // 2 usage, 3 no leader, 4 election or tables not found, 5 refused (a
-// hand-over target that is not campaigning, a kill or a grant the server
-// refused), 6 another candidate leads.
+// hand-over target that is not campaigning, a kill, a grant or the login
+// the server refused), 6 another candidate leads.
 //
 // Text read from the database is printed as it is only when every
 // character is printable and visible; otherwise it is quoted with Go

@@ -268,14 +268,18 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 }
 
-// A privilege the server refused on existing tables is a refusal (5), not
-// a missing election (4).
+// A privilege the server refused on existing tables, or a login it
+// refused, is a refusal (5), not a missing election (4).
 func TestDeniedGrantIsRefused(t *testing.T) {
 	var errOut strings.Builder
 	c := &cli{errOut: &errOut}
 	denied := fmt.Errorf("%w: %w", election.ErrSchema, &mysql.MySQLError{Number: 1142, Message: "UPDATE command denied"})
 	if code := c.fail(denied); code != exitRefused {
 		t.Fatalf("a denied UPDATE: exit %d, want %d", code, exitRefused)
+	}
+	login := fmt.Errorf("%w: %w", election.ErrAccessDenied, &mysql.MySQLError{Number: 1045, Message: "Access denied for user"})
+	if code := c.fail(login); code != exitRefused {
+		t.Fatalf("a refused login: exit %d, want %d", code, exitRefused)
 	}
 	missing := fmt.Errorf("%w: %w", election.ErrSchema, &mysql.MySQLError{Number: 1146, Message: "Table doesn't exist"})
 	if code := c.fail(missing); code != exitNotFound {

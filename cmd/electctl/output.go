@@ -26,7 +26,7 @@ import (
 // denied reports whether the server refused a privilege.
 func denied(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1044 || me.Number == 1227)
+	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1227)
 }
 
 // fail prints err and maps it to an exit code.
@@ -39,7 +39,7 @@ func (c *cli) fail(err error) int {
 		return exitRefused // the tables exist; a grant is missing
 	case errors.Is(err, election.ErrSchema):
 		return exitNotFound
-	case errors.Is(err, election.ErrNotCandidate), errors.Is(err, election.ErrKillDenied):
+	case errors.Is(err, election.ErrNotCandidate), errors.Is(err, election.ErrKillDenied), errors.Is(err, election.ErrAccessDenied):
 		return exitRefused
 	case errors.Is(err, election.ErrInvalidConfig):
 		return exitUsage
