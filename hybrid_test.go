@@ -66,8 +66,9 @@ func TestMixedStrategiesRefused(t *testing.T) {
 			t.Parallel()
 			db, _ := newDB(t)
 			ctx := ctxFor(t, time.Minute)
-			a := newElector(t, first, db, "mixed", "a")
-			b := newElector(t, second, db, "mixed", "b")
+			ca, cb := calm, calm
+			ca.Strategy, ca.Identity, cb.Strategy, cb.Identity = first, "a", second, "b"
+			a, b := newElectorWith(t, db, "mixed", ca), newElectorWith(t, db, "mixed", cb)
 			ta := await(t, campaign(ctx, a), 10*time.Second).term
 			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) {
 				t.Fatalf("campaign of another strategy beside a live candidate: %v", err)

@@ -56,6 +56,10 @@ func dropExampleDatabases() {
 // fast is the test timing: W = 2s.
 var fast = election.Config{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second}
 
+// calm is the timing of tests whose subject is not timing: a loaded
+// machine does not end their terms.
+var calm = election.Config{Interval: 250 * time.Millisecond, Lease: 5 * time.Second, Margin: time.Second}
+
 // newDB returns a pool on a fresh database of its own, and its DSN.
 func newDB(t testing.TB) (*sql.DB, string) {
 	t.Helper()
