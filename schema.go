@@ -167,6 +167,8 @@ func schemaError(t tables, err error) error {
 	if !errors.As(err, &me) {
 		return err
 	}
+	// A prefix that names no tables looks the same as tables not created yet.
+	prefix := fmt.Sprintf(" (if they exist with another prefix, set Config.TablePrefix: this one is %q)", strings.TrimSuffix(t.record, "_record"))
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
 	case 1142, 1044, 1045, 1227: // command denied, access denied
@@ -174,9 +176,9 @@ func schemaError(t tables, err error) error {
 			// The tables exist; a grant on them is missing.
 			return fmt.Errorf("%w: %w; grant the user what the message names: %s", ErrSchema, err, grants(t))
 		}
-		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s", ErrSchema, err, fix)
+		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
 	case 1146: // no such table
-		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s", ErrSchema, err, fix)
+		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s%s", ErrSchema, err, prefix, fix)
 	case 1046: // no database selected
 		return fmt.Errorf("%w: %w; the DSN must name a database, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig, err)
 	}
@@ -187,7 +189,7 @@ func schemaError(t tables, err error) error {
 func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
 		t.candidate + "` and `" + t.term + "`; operators that demote or hand over need SELECT on all four and UPDATE on `" + t.record +
-		"`; readers need SELECT (README, \"Set-up for DBAs\")"
+		"` and `" + t.term + "`; readers need SELECT (README, \"Set-up for DBAs\")"
 }
 
 func isDenied(err error) bool {
