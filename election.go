@@ -19,6 +19,14 @@
 // steers an election without campaigning (Leader, Watch, History,
 // Candidates, Demote, Handover; see cmd/electctl).
 //
+// Recipes to copy, each a program run by its test against a real server,
+// are in the module's examples directory: examples/quickstart (a
+// long-running leader), examples/queue (a queue consumer: each job claimed
+// under the fencing token, worked on outside any transaction, completed
+// only while the claim stands), examples/cron (a scheduled job done once
+// per period across failovers) and examples/fencedstore (a downstream
+// store that checks the token with Fence).
+//
 // # Timing contract
 //
 // Interval (I) is how often the leader renews; Lease (L) is how long it may
