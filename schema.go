@@ -167,14 +167,17 @@ func schemaError(t tables, err error) error {
 	if !errors.As(err, &me) {
 		return err
 	}
-	// A prefix that names no tables looks the same as tables not created yet.
-	prefix := fmt.Sprintf(" (if they exist with another prefix, set Config.TablePrefix: this one is %q)", strings.TrimSuffix(t.record, "_record"))
+	// A prefix that names no tables looks the same as tables not created
+	// yet, or not granted.
+	prefix := fmt.Sprintf(" (if the tables have another prefix, set Config.TablePrefix, electctl --prefix: this one is %q)", strings.TrimSuffix(t.record, "_record"))
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
 	case 1142, 1044, 1045, 1227: // command denied, access denied
 		if !strings.HasPrefix(me.Message, "CREATE") {
 			// The tables exist; a grant on them is missing.
-			return fmt.Errorf("%w: %w; grant the user what the message names: %s", ErrSchema, err, grants(t))
+			// The server says "denied", not "doesn't exist", to a user
+			// with no grant on a table, so the prefix may be wrong too.
+			return fmt.Errorf("%w: %w; grant the user what the message names%s: %s", ErrSchema, err, prefix, grants(t))
 		}
 		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
 	case 1146: // no such table

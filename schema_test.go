@@ -75,7 +75,8 @@ func TestMissingGrantOnExistingTables(t *testing.T) {
 	_, err := newOperator(t, reader, "grants").Demote(ctx)
 	msg := fmt.Sprint(err)
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(msg, "UPDATE command denied") ||
-		!strings.Contains(msg, "UPDATE on `election_record` and `election_term`; readers") || strings.Contains(msg, "CREATE TABLE") {
+		!strings.Contains(msg, "UPDATE on `election_record` and `election_term`; readers") || strings.Contains(msg, "CREATE TABLE") ||
+		!strings.Contains(msg, `set Config.TablePrefix, electctl --prefix: this one is "election"`) {
 		t.Fatalf("demote by a SELECT-only user: %v", err)
 	}
 }
@@ -96,7 +97,7 @@ func TestWrongTablePrefixIsNamed(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := newElectorWith(t, db, "prefix", cfg)
 	err := e.Run(ctxFor(t, 10*time.Second), func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
-	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), `set Config.TablePrefix: this one is "elect"`) {
+	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), `set Config.TablePrefix, electctl --prefix: this one is "elect"`) {
 		t.Fatalf("Run with a prefix that names no tables: %v", err)
 	}
 	if strings.Contains(logs.String(), "could not remove") {
