@@ -252,6 +252,9 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case lost == nil:
+			// Easy to do by mistake (a queue found empty, one batch done):
+			// say why this candidate stops campaigning.
+			e.log.Info("the leader's function returned while it led: Run returns and this candidate no longer campaigns", "err", fnErr)
 			return fnErr
 		}
 		// A candidate that lost its term campaigns again at once: when every
