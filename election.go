@@ -19,6 +19,14 @@
 // steers an election without campaigning (Leader, Watch, History,
 // Candidates, Demote, Handover; see cmd/electctl).
 //
+// Recipes to copy, each a program run by its test against a real server,
+// are in the module's examples directory: examples/quickstart (a
+// long-running leader), examples/queue (a queue consumer: each job claimed
+// under the fencing token, worked on outside any transaction, completed
+// only while the claim stands), examples/cron (a scheduled job done once
+// per period across failovers) and examples/fencedstore (a downstream
+// store that checks the token with Fence).
+//
 // # Timing contract
 //
 // Interval (I) is how often the leader renews; Lease (L) is how long it may
@@ -255,6 +263,9 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case lost == nil:
+			// Easy to do by mistake (a queue found empty, one batch done):
+			// say why this candidate stops campaigning.
+			e.log.Info("the leader's function returned while it led: Run returns and this candidate no longer campaigns", "err", fnErr)
 			return fnErr
 		}
 		// A candidate that lost its term campaigns again at once: when every

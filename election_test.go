@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -620,4 +621,23 @@ func TestFollowerLogs(t *testing.T) {
 			return len(other.lines("level=DEBUG", leads(winner, next.term.Token()))) == 1
 		})
 	})
+}
+
+// A leader's function that returns while it leads (a newcomer's consumer
+// that finds the queue empty) makes Run return its result, and the log
+// says that this candidate no longer campaigns.
+func TestRunSaysWhyItStopsWhenFnReturns(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	var logs lockedBuffer
+	cfg := fast
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	e := newElectorWith(t, db, "returns", cfg)
+	done := errors.New("queue empty")
+	if err := e.Run(ctxFor(t, 10*time.Second), func(context.Context, *election.Term) error { return done }); err != done {
+		t.Fatalf("Run returned %v, want fn's result", err)
+	}
+	if !strings.Contains(logs.String(), "no longer campaigns") || !strings.Contains(logs.String(), "queue empty") {
+		t.Fatalf("the log does not say why Run stopped:\n%s", logs.String())
+	}
 }

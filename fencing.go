@@ -50,7 +50,12 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // keepalives; it does delay the next term's start. That session has the
 // candidates' wait_timeout (Lease+Margin), set once when the term first
 // needs it, so that a leader that stops inside a transaction cannot block
-// the election: fn must not leave the transaction idle for that long. A
+// the election: fn must not leave the transaction idle for that long (no
+// statement sent: time spent in fn between statements counts), or the
+// server drops the session and Fenced fails ("bad connection"), however
+// often it is retried. Work that may take longer belongs outside: claim it
+// in one Fenced call, do it, and record it in another only if the claim
+// stands (examples/queue). A
 // Fenced that finds it busy runs on a pool session of its own, with the
 // same wait_timeout while it runs. No session goes back to the pool with
 // that wait_timeout: the term closes its own when it ends, or when it has

@@ -509,6 +509,15 @@ func (p *presence) beatIfDue(ctx context.Context, q querier) error {
 // leave deletes this candidate's row, so that it is not offered
 // as a hand-over target once it has stopped campaigning.
 func (s *store) leave(ctx context.Context) error {
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if !ready {
+		// The tables were never found usable (a wrong prefix, a missing
+		// grant): no row was written, and a failed DELETE would only hide
+		// the error that Run returns behind one about this cleanup.
+		return nil
+	}
 	lock, err := s.lockName(ctx)
 	if err == nil {
 		_, err = s.db.ExecContext(ctx, text("DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))

@@ -167,16 +167,21 @@ func schemaError(t tables, err error) error {
 	if err = refusal(err); errors.Is(err, ErrAccessDenied) || !errors.As(err, &me) {
 		return err // a refused login says nothing of the tables
 	}
+	// A prefix that names no tables looks the same as tables not created
+	// yet, or not granted.
+	prefix := fmt.Sprintf(" (if the tables have another prefix, set Config.TablePrefix, electctl --prefix: this one is %q)", strings.TrimSuffix(t.record, "_record"))
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
 	case 1142, 1227: // a command or a privilege denied
 		if !strings.HasPrefix(me.Message, "CREATE") {
 			// The tables exist; a grant on them is missing.
-			return fmt.Errorf("%w: %w; grant the user what the message names: %s", ErrSchema, err, grants(t))
+			// The server says "denied", not "doesn't exist", to a user
+			// with no grant on a table, so the prefix may be wrong too.
+			return fmt.Errorf("%w: %w; grant the user what the message names%s: %s", ErrSchema, err, prefix, grants(t))
 		}
-		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s", ErrSchema, err, fix)
+		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
 	case 1146: // no such table
-		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s", ErrSchema, err, fix)
+		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s%s", ErrSchema, err, prefix, fix)
 	case 1046: // no database selected
 		return fmt.Errorf("%w: %w; the DSN must name a database, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig, err)
 	}
@@ -207,7 +212,7 @@ func refusal(err error) error {
 func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
 		t.candidate + "` and `" + t.term + "`; operators that demote or hand over need SELECT on all four and UPDATE on `" + t.record +
-		"`; readers need SELECT (README, \"Set-up for DBAs\")"
+		"` and `" + t.term + "`; readers need SELECT (README, \"Set-up for DBAs\")"
 }
 
 func isDenied(err error) bool {

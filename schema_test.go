@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,9 +75,52 @@ func TestMissingGrantOnExistingTables(t *testing.T) {
 	_, err := newOperator(t, reader, "grants").Demote(ctx)
 	msg := fmt.Sprint(err)
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(msg, "UPDATE command denied") ||
-		!strings.Contains(msg, "UPDATE on `election_record`") || strings.Contains(msg, "CREATE TABLE") {
+		!strings.Contains(msg, "UPDATE on `election_record` and `election_term`; readers") || strings.Contains(msg, "CREATE TABLE") ||
+		!strings.Contains(msg, `set Config.TablePrefix, electctl --prefix: this one is "election"`) {
 		t.Fatalf("demote by a SELECT-only user: %v", err)
 	}
+}
+
+// A newcomer's wrong TablePrefix, for a user who may not create tables:
+// Run returns ErrSchema naming the prefix, and logs no warning about a
+// candidate row it never wrote (which read as a missing DELETE grant).
+func TestWrongTablePrefixIsNamed(t *testing.T) {
+	t.Parallel()
+	dbName := server.NewDatabase(t)
+	if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
+		t.Fatal(err)
+	}
+	db := openAsUser(t, dbName, "pfx_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
+	var logs lockedBuffer
+	cfg := fast
+	cfg.TablePrefix = "elect"
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newElectorWith(t, db, "prefix", cfg)
+	err := e.Run(ctxFor(t, 10*time.Second), func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), `set Config.TablePrefix, electctl --prefix: this one is "elect"`) {
+		t.Fatalf("Run with a prefix that names no tables: %v", err)
+	}
+	if strings.Contains(logs.String(), "could not remove") {
+		t.Fatalf("Run logged a cleanup failure for a row it never wrote:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // The README's grants for candidates, readers and operators who steer are

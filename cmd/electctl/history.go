@@ -14,9 +14,26 @@ func (c *cli) watch(ctx context.Context, name string) int {
 	if err != nil {
 		return c.fail(err)
 	}
+	// Watch sends a term's end again when its leader later writes its own
+	// account (see Event): that line is marked revised, and says who leads
+	// now rather than "no leader" when a later term has started.
+	var newest election.Event // the latest start seen, and whether it has ended
+	ended := map[uint64]bool{}
 	for ev := range e.Watch(ctx) {
+		revised := !ev.Leading && ev.Token != 0 && ended[ev.Token]
+		if !ev.Leading && ev.Token != 0 {
+			ended[ev.Token] = true
+		}
 		if c.json {
-			c.writeJSON(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At)}, "")
+			c.writeJSON(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At), "revised": revised}, "")
+		}
+		switch {
+		case ev.Leading:
+			newest = ev
+		case ev.Token != 0 && ev.Token >= newest.Token:
+			newest.Leading = false
+		}
+		if c.json {
 			continue
 		}
 		switch {
@@ -25,7 +42,15 @@ func (c *cli) watch(ctx context.Context, name string) int {
 		case ev.Token == 0:
 			fmt.Fprintf(c.out, "%s  no leader: the election has had no term\n", stamp(time.Now()))
 		default:
-			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s): no leader\n", stamp(ev.At), ev.Token, shown(ev.Identity), shown(ev.Reason))
+			now := "no leader"
+			if newest.Leading {
+				now = fmt.Sprintf("%s leads (term %d)", shown(newest.Identity), newest.Token)
+			}
+			mark := ""
+			if revised {
+				mark = ", revised"
+			}
+			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s)%s: %s\n", stamp(ev.At), ev.Token, shown(ev.Identity), shown(ev.Reason), mark, now)
 		}
 	}
 	return exitOK

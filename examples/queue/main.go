@@ -1,11 +1,27 @@
 // Command queue consumes a job queue on exactly one of its instances: the
-// leader of the election "queue". The leader takes the oldest open job,
-// does it and records it in one fenced transaction (Term.Fenced), so every
-// job is done exactly once, even when the leader dies in the middle of one
-// and another instance takes over.
+// leader of the election "queue". The others stand by and take over when
+// it dies or steps down.
 //
 //	go run ./examples/queue -id a -enqueue 50   # prints the ELECTION_DSN of its private MariaDB
 //	ELECTION_DSN='root@tcp(127.0.0.1:PORT)/queue' go run ./examples/queue -id b
+//
+// The leader takes the jobs in order, each in three steps:
+//
+//  1. claim: the oldest job not done is marked claimed by the term's
+//     fencing token, in a short fenced transaction (Term.Fenced);
+//  2. work: the job is done outside any transaction, so a job may take
+//     longer than the lease (a fenced transaction must not stay open that
+//     long: its session has the candidates' wait_timeout, Lease+Margin);
+//  3. complete: the job is marked done and its result written, in a second
+//     fenced transaction, only if this term's claim still stands.
+//
+// So every job is marked done, and its result written, exactly once, by
+// the term that claimed it last: a stale leader (paused, cut off, killed
+// mid-job) commits nothing, and the next leader claims the job again. The
+// work itself, when it writes somewhere else, can run twice for a job whose
+// leader died between claim and complete: make its effects idempotent (key
+// them by the job's id) or send the token along for the other store to
+// check (election.Fence).
 //
 // Kill the instance that does the jobs (Ctrl-C, or kill -9) and watch the
 // other carry on where it stopped. Without $ELECTION_DSN an instance starts
@@ -32,12 +48,16 @@ import (
 )
 
 // schema is the queue and the log of completed jobs, which stands for
-// whatever a job writes.
+// whatever a job writes in the database.
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS jobs (
 		id            BIGINT AUTO_INCREMENT PRIMARY KEY,
 		payload       VARCHAR(255) NOT NULL,
-		done_by_token BIGINT UNSIGNED NULL
+		state         VARCHAR(8) NOT NULL DEFAULT 'new', -- new, claimed or done
+		claimed_token BIGINT UNSIGNED NULL,              -- the term that claimed it last
+		attempts      INT NOT NULL DEFAULT 0,            -- claims: above 1 after a failover mid-job
+		done_at       DATETIME(6) NULL,
+		KEY (state, id)
 	)`,
 	`CREATE TABLE IF NOT EXISTS job_log (
 		id      BIGINT AUTO_INCREMENT PRIMARY KEY,
@@ -49,6 +69,9 @@ var schema = []string{
 
 // idle is how long the leader waits before it looks again at an empty queue.
 const idle = 200 * time.Millisecond
+
+// errClaimLost: the job is no longer claimed by this term.
+var errClaimLost = errors.New("the job is no longer claimed by this term")
 
 func main() {
 	id := flag.String("id", "", "this instance's identity (default host-pid-random)")
@@ -87,7 +110,9 @@ func run(ctx context.Context, id string, n int, work time.Duration) error {
 				log.Printf("%s did job %d with token %d", e.Identity(), job, t.Token())
 				continue
 			}
-			if err != nil {
+			if err != nil && !errors.Is(err, context.Cause(ctx)) {
+				// A failed job stays claimed and is claimed again next; a
+				// stale term's completion is refused with ErrFenced.
 				log.Printf("%s: job not done: %v", e.Identity(), err)
 			}
 			select {
@@ -122,32 +147,68 @@ func enqueue(ctx context.Context, db *sql.DB, n int) error {
 	return nil
 }
 
-// consume does the oldest open job and returns its id, or 0 if there is
-// none. Taking the job, the job's writes and marking it done are one fenced
-// transaction: if the term ends before it commits, none of it happened, and
-// the next leader does the job instead.
-func consume(ctx context.Context, t *election.Term, work time.Duration) (job int64, err error) {
+// consume claims the oldest job not done, does it and completes it; it
+// returns the job's id, or 0 if the queue is empty.
+func consume(ctx context.Context, t *election.Term, work time.Duration) (int64, error) {
+	job, payload, err := claim(ctx, t)
+	if err != nil || job == 0 {
+		return 0, err
+	}
+	if err := do(ctx, payload, work); err != nil {
+		return 0, err
+	}
+	if err := complete(ctx, t, job); err != nil {
+		return 0, err
+	}
+	return job, nil
+}
+
+// claim marks the oldest job not done as claimed by this term. A job that
+// an earlier term claimed and did not complete (its leader died, or was
+// cut off) is claimed again.
+func claim(ctx context.Context, t *election.Term) (job int64, payload string, err error) {
 	err = t.Fenced(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, "SELECT id FROM jobs WHERE done_by_token IS NULL ORDER BY id LIMIT 1 FOR UPDATE").Scan(&job)
+		err := tx.QueryRowContext(ctx, "SELECT id, payload FROM jobs WHERE state <> 'done' ORDER BY id LIMIT 1 FOR UPDATE").Scan(&job, &payload)
 		if errors.Is(err, sql.ErrNoRows) {
+			job = 0
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		select { // the job's own work, which stops when the term does
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(work):
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO job_log (job_id, token, done_at) VALUES (?, ?, UTC_TIMESTAMP(6))", job, t.Token()); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, "UPDATE jobs SET done_by_token = ? WHERE id = ?", t.Token(), job)
+		_, err = tx.ExecContext(ctx, "UPDATE jobs SET state = 'claimed', claimed_token = ?, attempts = attempts + 1 WHERE id = ?", t.Token(), job)
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return job, nil
+	return job, payload, nil
+}
+
+// do is the job's own work, outside any transaction. It stops when the
+// term does: the job stays claimed, and the next leader does it again.
+func do(ctx context.Context, payload string, work time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(work):
+		return nil
+	}
+}
+
+// complete writes the job's result and marks it done, in one fenced
+// transaction, if this term's claim still stands. A stale term commits
+// nothing: Fenced refuses it (ErrFenced).
+func complete(ctx context.Context, t *election.Term, job int64) error {
+	return t.Fenced(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "UPDATE jobs SET state = 'done', done_at = UTC_TIMESTAMP(6) WHERE id = ? AND state = 'claimed' AND claimed_token = ?", job, t.Token())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return errors.Join(errClaimLost, err)
+		}
+		_, err = tx.ExecContext(ctx, "INSERT INTO job_log (job_id, token, done_at) VALUES (?, ?, UTC_TIMESTAMP(6))", job, t.Token())
+		return err
+	})
 }
