@@ -9,6 +9,7 @@ package election
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"time"
 
@@ -37,12 +38,29 @@ type ending struct {
 	at  time.Time
 }
 
-// endedAt is the SQL for the moment of end, given the argument of ago.
-const endedAt = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+// timeAgo is the SQL for a moment on the database clock, given how many
+// microseconds ago it was (agoMicros), measured just before the statement
+// is sent: a local moment, written late, keeps its time. The statement
+// must go on a session already in hand (see onConn), or a pool's dial
+// would come between the measure and the send.
+const timeAgo = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
 
-// ago is how long before now end.at was, for endedAt: measured just before
-// the statement is sent.
-func (end ending) ago() int64 { return max(time.Since(end.at), 0).Microseconds() }
+func agoMicros(at time.Time) int64 { return max(time.Since(at), 0).Microseconds() }
+
+// onConn runs f on one session of q: q itself if it is one, or one taken
+// from the pool q for the call.
+func onConn(ctx context.Context, q querier, f func(q querier) error) error {
+	db, ok := q.(*sql.DB)
+	if !ok {
+		return f(q)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return f(conn)
+}
 
 // endTerm records how term token ended, in one statement: in the record,
 // if it still describes that term as leading, and in the history, unless
@@ -51,11 +69,15 @@ func (end ending) ago() int64 { return max(time.Since(end.at), 0).Microseconds()
 // reason to a kill's. (The assignments depend on nothing they assign: a
 // multi-table UPDATE may make them in any order.)
 func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
+	return onConn(ctx, q, func(q querier) error { return s.endTermOn(ctx, q, lock, token, end) })
+}
+
+func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uint64, end ending) error {
 	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
 		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
 		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
-		"SET r.state = ?, r.ended_at = "+endedAt+", t.ended_at = "+endedAt+", t.reason = ?",
-		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, end.ago(), end.ago(), end.why))
+		"SET r.state = ?, r.ended_at = "+timeAgo+", t.ended_at = "+timeAgo+", t.reason = ?",
+		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, agoMicros(end.at), agoMicros(end.at), end.why))
 	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146 || me.Number == 1205 || me.Number == 1213) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
@@ -67,8 +89,8 @@ func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint6
 // endRecord records in the record, if it still describes term token as
 // leading (and matches cond, SQL on its columns), how the term ended.
 func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+endedAt+" "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, end.ago(), lock, token, stateLeading)+cond)
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+timeAgo+" "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, agoMicros(end.at), lock, token, stateLeading)+cond)
 	return err
 }
 

@@ -2,6 +2,8 @@ package election_test
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -195,5 +197,46 @@ func TestDemotedLeaderThatDoesNotStop(t *testing.T) {
 			return rr.Code == http.StatusServiceUnavailable
 		})
 		close(release)
+	})
+}
+
+// A term's history row starts when its claim returned, between the
+// record's since and the leader's first fenced write, however late the row
+// itself is written.
+func TestHistoryStartIsTheClaim(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		ops := newOperatorWith(t, db, "start", func() election.Config { c := fast; c.Strategy = s; return c }())
+		for i := range 5 {
+			term := await(t, campaign(ctx, newElector(t, s, db, "start", fmt.Sprint(i))), 10*time.Second).term
+			var wrote time.Time
+			if err := term.Fenced(ctx, func(tx *sql.Tx) error {
+				var us int64
+				err := tx.QueryRowContext(ctx, "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))").Scan(&us)
+				wrote = time.UnixMicro(us).UTC()
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := ops.Leader(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var started time.Time
+			waitFor(t, "the term's history row", 10*time.Second, func() bool {
+				hist, err := ops.History(ctx, 1)
+				if err == nil && len(hist) == 1 && hist[0].Token == term.Token() {
+					started = hist[0].Started
+					return true
+				}
+				return false
+			})
+			if started.Before(rec.Since) || started.After(wrote) {
+				t.Errorf("term %d: history starts at %v, the record's since is %v, its first fenced statement ran at %v",
+					term.Token(), started, rec.Since, wrote)
+			}
+			resignAll(t, term)
+		}
 	})
 }

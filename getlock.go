@@ -323,15 +323,15 @@ func (s *pinned) yield(ctx context.Context) error {
 // watches the leader until then), and writes the term's history. The
 // history goes through the pool: a write cut off by its deadline must not
 // take the pinned session (and the lock) with it.
-func (s *pinned) begun(p predecessor) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
+func (s *pinned) begun(p predecessor) func(ctx context.Context, started time.Time) error {
+	return func(ctx context.Context, started time.Time) error {
 		if s.deputy {
 			if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", deputyLock(s.lock))); err != nil {
 				return fmt.Errorf("election: leaving the deputy's place: %w", err)
 			}
 			s.deputy = false
 		}
-		return opener{s.g.st}.writeHistory(ctx, s.g.st.db, s.lock, s.token, p)
+		return opener{s.g.st}.writeHistory(ctx, s.g.st.db, s.lock, s.token, p, started)
 	}
 }
 

@@ -273,10 +273,17 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 // keepalive); older terms ended when p began. It reads no record row, so it
 // takes no lock a keepalive could wait for. Every statement is idempotent,
 // so a late writer changes nothing that is already there. It is bounded by
-// an interval, so that the term's first keepalive is not late.
-func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
+// an interval, so that the term's first keepalive is not late. The term's
+// row starts when the claim had returned (started), before the leader's
+// code ran, however late the row is written.
+func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
+	return onConn(ctx, q, func(q querier) error { return s.history(ctx, q, lock, token, p, started) })
+}
+
+// history makes writeHistory's statements.
+func (s opener) history(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time) error {
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
 		var reason any
@@ -296,7 +303,7 @@ func (s opener) writeHistory(ctx context.Context, q querier, lock string, token 
 	}
 	host, _ := os.Hostname()
 	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6))", lock, token, s.cfg.Identity, host, os.Getpid())); err != nil {
+		"VALUES (?, ?, ?, ?, ?, "+timeAgo+")", lock, token, s.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
 		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 	}
 	if limit := uint64(s.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {

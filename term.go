@@ -34,8 +34,9 @@ type won struct {
 	sent  time.Time     // when the statement that won was sent: the lease counts from there
 	delay time.Duration // the lock-delay owed to a predecessor that was killed
 	// begun is what the term does once it has begun, off the path to the
-	// caller (the keepalive loop runs it first): it writes the history.
-	begun func(ctx context.Context) error
+	// caller (the keepalive loop runs it first): it writes the history,
+	// with the moment the term started.
+	begun func(ctx context.Context, started time.Time) error
 }
 
 // Term is one period of leadership: it starts when Campaign returns and ends
@@ -54,8 +55,8 @@ type Term struct {
 	start time.Time // local, when the term began
 	onEnd func()    // called once the hold is gone for sure
 
-	begun func(ctx context.Context) error // see won
-	kept  keptSession                     // for Fenced; dropped when the keepalive loop ends
+	begun func(ctx context.Context, started time.Time) error // see won
+	kept  keptSession                                        // for Fenced; dropped when the keepalive loop ends
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -81,6 +82,9 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 		until: w.sent.Add(st.cfg.Lease),
 	}
 	t.timer = time.AfterFunc(time.Until(t.until), func() { cancel(ErrLeaseExpired) })
+	// Before the caller's code can run: a log read in order tells who led first.
+	t.log.Info("term started")
+	st.cfg.Observer.termStarted(st.name, st.cfg.Identity, t.token)
 	go t.keep(parent)
 	return t
 }
@@ -171,8 +175,6 @@ func (t *Term) keep(parent context.Context) {
 	defer t.onEnd()
 	defer t.h.close()
 	defer t.timer.Stop()
-	t.log.Info("term started")
-	t.st.cfg.Observer.termStarted(t.st.name, t.st.cfg.Identity, t.token)
 	// Ticking before begin: a slow begin must not delay the first keepalive.
 	tick := time.NewTicker(t.st.cfg.Interval)
 	defer tick.Stop()
@@ -201,7 +203,7 @@ func (t *Term) keep(parent context.Context) {
 func (t *Term) begin() {
 	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
 	defer cancel()
-	if err := t.begun(ctx); err != nil {
+	if err := t.begun(ctx, t.start); err != nil {
 		t.log.Warn("could not complete the term's start", "err", err)
 	}
 }
@@ -243,9 +245,13 @@ func (t *Term) finish(parent context.Context) {
 			// The leader did not choose this end: its code gets until Resign
 			// (Run calls it once fn has returned), within the lease, to stop
 			// before the next leader can start.
+			t.log.Info("asked to step down: the election is released once the leader's code has stopped (Resign), at the latest when the lease ends",
+				"reason", end.why, "lease_left", time.Until(t.deadline()).Round(time.Millisecond).String())
 			select {
 			case <-t.resign:
 			case <-time.After(time.Until(t.deadline())):
+				t.log.Warn("the leader's code did not stop within the lease after it was asked to step down: the election is released; "+
+					"its fenced writes are refused from now on, other writes are not", "reason", end.why)
 			}
 		}
 		// It stopped acting when it released, or at its lease's end if its
@@ -279,6 +285,7 @@ func (t *Term) finish(parent context.Context) {
 	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, end.why)
 }
 
+// earlier returns the earlier of a and b.
 func earlier(a, b time.Time) time.Time {
 	if b.Before(a) {
 		return b
