@@ -54,6 +54,9 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 			return 0, 0, p, err
 		}
 		token, err = s.claim(ctx, q, lock, session, p)
+		if conflict(err) { // the claim's transaction lost to another's
+			err = errRaced
+		}
 		if errors.Is(err, errRaced) && try == 0 {
 			continue
 		}
@@ -277,6 +280,15 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
+	err := s.history(ctx, q, lock, token, p)
+	if conflict(err) { // a late writer's statement met ours: once more
+		err = s.history(ctx, q, lock, token, p)
+	}
+	return err
+}
+
+// history makes writeHistory's statements.
+func (s opener) history(ctx context.Context, q querier, lock string, token uint64, p predecessor) error {
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
 		var reason any
