@@ -287,6 +287,12 @@ func (e *Elector) retry(ctx context.Context, b backoff.BackOff, err error) error
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	if conflict(err) || errors.Is(err, ErrHeld) {
+		// Two candidates wrote the election's rows at once (a brand-new
+		// election, or Galera's certification): the other one won.
+		e.log.Debug("campaign lost a race; retrying", "err", err)
+		return pause(ctx, b)
+	}
 	e.st.cfg.Observer.campaignFailed(e.st.name, err)
 	if permanent(err) {
 		if !errors.Is(err, ErrCampaigning) { // the campaign under way goes on

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // StaleTokenError reports a write refused because a newer term exists (or
@@ -19,17 +21,29 @@ type StaleTokenError struct {
 	Token    uint64 // the token the write carried
 	Current  uint64 // the newest token known; 0 if the term ended locally
 	Cause    error  // why the term ended, for a locally ended term
+	// Failed is the error a fenced transaction failed with when its term
+	// ended while it was open: the server aborted it (a deadlock or, on
+	// Galera, the newer term's epoch bump), or the term's context or the
+	// server's wait_timeout ended it. Nothing of it was committed. It is
+	// not unwrapped: retrying it would retry a stale write.
+	Failed error
 }
 
 // Error says which token was refused, and what superseded it.
 func (e *StaleTokenError) Error() string {
+	var msg string
 	switch {
 	case e.Cause != nil:
-		return fmt.Sprintf("election: stale fencing token %d: the term has ended: %v", e.Token, e.Cause)
+		msg = fmt.Sprintf("election: stale fencing token %d: the term has ended: %v", e.Token, e.Cause)
 	case e.Resource != "":
-		return fmt.Sprintf("election: stale fencing token %d for %q: %d has been seen", e.Token, e.Resource, e.Current)
+		msg = fmt.Sprintf("election: stale fencing token %d for %q: %d has been seen", e.Token, e.Resource, e.Current)
+	default:
+		msg = fmt.Sprintf("election: stale fencing token %d: the election is at %d", e.Token, e.Current)
 	}
-	return fmt.Sprintf("election: stale fencing token %d: the election is at %d", e.Token, e.Current)
+	if e.Failed != nil {
+		msg += fmt.Sprintf(" (the transaction was rolled back: %v)", e.Failed)
+	}
+	return msg
 }
 
 // Unwrap returns ErrFenced.
@@ -43,7 +57,15 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // later term. If the term has ended locally, or a newer term exists, Fenced
 // returns a *StaleTokenError (errors.Is(err, ErrFenced)) and fn does not run.
 // If fn returns an error the transaction is rolled back and the error is
-// returned.
+// returned. A transaction that fails because its term ended while it was
+// open fails the same way, on every platform: aborted by the server (on
+// Galera, by the newer term's epoch bump: error 1213), ended with ctx (the
+// term's context, say), or its session dropped by the server's
+// wait_timeout; nothing of it was committed, and the failure is in the
+// error's Failed, not unwrapped, so that code that retries
+// driver.ErrBadConn does not retry a stale write. Only a COMMIT whose
+// connection failed while it was in flight is reported as of unknown
+// outcome.
 //
 // The transaction runs on a session the term keeps for its fenced
 // transactions, not on the pinned one, so a long one does not delay
@@ -92,15 +114,59 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err == nil {
 		err = fn(tx)
 	}
+	if err == nil && ctx.Err() != nil {
+		// database/sql rolls back a transaction whose context ended and
+		// would not send the COMMIT: say so before trying.
+		err = fmt.Errorf("election: fenced transaction: not committed: %w", ctx.Err())
+	}
 	if err != nil {
 		clean = tx.Rollback() == nil
-		return err
+		return t.staleOr(ctx, lock, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("election: fenced transaction: committing: %w", err)
+		if rolledBack(err) {
+			return t.staleOr(ctx, lock, fmt.Errorf("election: fenced transaction: committing: %w", err))
+		}
+		return fmt.Errorf("election: fenced transaction: committing, with an unknown outcome: %w", err)
 	}
 	clean = true
 	return nil
+}
+
+// rolledBack reports whether a failed COMMIT certainly committed nothing:
+// the server refused it, database/sql had ended the transaction, or the
+// driver found the session closed before sending. A connection lost, or a
+// context ended, while the COMMIT was in flight leaves the outcome unknown.
+func rolledBack(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) || errors.Is(err, sql.ErrTxDone) || errors.Is(err, driver.ErrBadConn)
+}
+
+// staleOr returns err, from a fenced transaction that committed nothing,
+// as a *StaleTokenError if it is a failure of the transaction itself (the
+// server's, the session's, the context's) and the term was over when it
+// happened: ended locally, or superseded in the election (the epoch is
+// read again to tell: on Galera the newer term's bump aborts the
+// transaction with error 1213). Errors of fn's own are returned as they
+// are.
+func (t *Term) staleOr(ctx context.Context, lock string, err error) error {
+	var me *mysql.MySQLError
+	switch {
+	case errors.Is(err, ErrFenced):
+		return err
+	case !errors.As(err, &me) && !errors.Is(err, driver.ErrBadConn) && !errors.Is(err, mysql.ErrInvalidConn) &&
+		!errors.Is(err, sql.ErrTxDone) && !errors.Is(err, sql.ErrConnDone) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
+		return err
+	case !t.IsLeader():
+		return &StaleTokenError{Token: t.token, Cause: t.endCause(), Failed: err}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.st.cfg.Interval)
+	defer cancel()
+	if current, rerr := t.st.epoch(ctx, lock); rerr == nil && current > t.token {
+		return &StaleTokenError{Token: t.token, Current: current, Failed: err}
+	}
+	return err
 }
 
 // beginTx starts a transaction on the term's kept session, or, while another

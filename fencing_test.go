@@ -89,7 +89,13 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 			})
 		}()
 		<-inside
-		t.Cleanup(func() { close(hold); <-done })
+		released := false
+		t.Cleanup(func() {
+			if !released {
+				close(hold)
+				<-done
+			}
+		})
 		// The leader loses the election: its session is killed (GetLock) or
 		// its record is taken over once its lease lapses (LeaseRow).
 		if s == election.GetLock {
@@ -103,6 +109,15 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 		}
 		tb := await(t, campaign(ctx, b), 30*time.Second).term
 		assertTokenAfter(t, tb.Token(), ta.Token())
+		// The stopped leader goes on: its COMMIT fails, and says fenced.
+		released = true
+		close(hold)
+		err := <-done
+		t.Logf("%v", err)
+		var stale *election.StaleTokenError
+		if !errors.Is(err, election.ErrFenced) || !errors.As(err, &stale) || stale.Failed == nil {
+			t.Errorf("the stopped leader's fenced transaction: %v, want a StaleTokenError with the failure", err)
+		}
 		if writesBy(db, "stuck") != 0 {
 			t.Fatal("the stuck leader's write committed")
 		}
@@ -758,4 +773,32 @@ func TestIdleKeptSessionClosedBeforeItsWaitTimeout(t *testing.T) {
 	if next := fencedConnID(t, ctx, ta, "a"); next == kept {
 		t.Fatal("fenced transaction on a closed session")
 	}
+}
+
+// A fenced transaction whose term ends while it is open, through the
+// term's context, fails as fenced: database/sql rolls it back when the
+// context ends, and its COMMIT finds it done.
+func TestFencedTransactionCutByTheTermsEnd(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		createWrites(t, db)
+		ctx := ctxFor(t, time.Minute)
+		campaignCtx, end := context.WithCancel(ctx)
+		term := await(t, campaign(campaignCtx, newElector(t, s, db, "cut-tx", "a")), 10*time.Second).term
+		err := term.Fenced(term.Context(), func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(term.Context(), "INSERT INTO writes (token, holder) VALUES (?, 'cut')", term.Token()); err != nil {
+				return err
+			}
+			end() // the term ends, as when its lease runs out
+			<-term.Done()
+			return nil
+		})
+		var stale *election.StaleTokenError
+		if !errors.Is(err, election.ErrFenced) || !errors.As(err, &stale) || stale.Failed == nil {
+			t.Errorf("a fenced transaction cut by its term's end: %v, want a StaleTokenError with the failure", err)
+		}
+		if writesBy(db, "cut") != 0 {
+			t.Fatal("the cut transaction's write committed")
+		}
+	})
 }

@@ -88,7 +88,7 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 	return lock, nil
 }
 
-// prepare creates or checks the tables and reads the server's platform,
+// prepare reads the server's platform, then creates or checks the tables,
 // once, before a candidate's first campaign; it returns the lock name.
 func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	lock, err := s.lockName(ctx)
@@ -98,19 +98,21 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	if err != nil || ready {
 		return lock, err
 	}
-	check := checkSchema
-	if !s.cfg.SkipCreateTables {
-		check = createSchema
-	}
-	if err := check(ctx, s.db, s.tbl); err != nil {
-		return "", err
-	}
+	// The server first: a strategy it cannot serve is refused before any
+	// table is created.
 	p, err := detectPlatform(ctx, s.db)
 	if err != nil {
 		return "", err
 	}
 	warnings, err := p.check(s.cfg.Strategy)
 	if err != nil {
+		return "", err
+	}
+	check := checkSchema
+	if !s.cfg.SkipCreateTables {
+		check = createSchema
+	}
+	if err := check(ctx, s.db, s.tbl); err != nil {
 		return "", err
 	}
 	for _, w := range warnings {
@@ -222,6 +224,15 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 // the Unix epoch, so that no DSN setting (parseTime, loc) changes it.
 func utcMicros(col string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+}
+
+// conflict reports a transaction aborted for a conflict with another
+// session's: a deadlock on one server, a certification failure or a
+// brute-force abort on Galera, all error 1213. Nothing of it was written;
+// in a campaign it is a lost race.
+func conflict(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
 }
 
 // atMicros is the UTC DATETIME(6) of a placeholder's microseconds since

@@ -54,6 +54,9 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 			return 0, 0, p, err
 		}
 		token, err = s.claim(ctx, q, lock, session, p)
+		if conflict(err) { // the claim's transaction lost to another's
+			err = errRaced
+		}
 		if errors.Is(err, errRaced) && try == 0 {
 			continue
 		}
@@ -279,7 +282,13 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
-	return onConn(ctx, q, func(q querier) error { return s.history(ctx, q, lock, token, p, started) })
+	return onConn(ctx, q, func(q querier) error {
+		err := s.history(ctx, q, lock, token, p, started)
+		if conflict(err) { // a late writer's statement met ours: once more
+			err = s.history(ctx, q, lock, token, p, started)
+		}
+		return err
+	})
 }
 
 // history makes writeHistory's statements.
