@@ -17,3 +17,30 @@ ensure_mariadb() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mariadb-server >/dev/null
   command -v mariadbd >/dev/null 2>&1 || { echo "mariadbd still not found after apt-get" >&2; return 1; }
 }
+
+# The Galera suite (internal/galeratest) starts a 3-node MariaDB Galera
+# cluster and HAProxy from the Debian packages. Its Go harness installs what
+# is missing too, but installing here keeps apt-get out of the timed tests,
+# and go test shows a package's skip only with -v: when the packages cannot
+# be installed, this says so, and the suite skips with that reason.
+ensure_galera() {
+  export PATH="$PATH:/usr/sbin:/usr/local/sbin"
+  local missing=""
+  command -v mariadbd >/dev/null 2>&1 || missing="$missing mariadb-server"
+  [ -f /usr/lib/galera/libgalera_smm.so ] || missing="$missing galera-4"
+  command -v rsync >/dev/null 2>&1 || missing="$missing rsync"
+  [ -x /usr/sbin/haproxy ] || missing="$missing haproxy"
+  [ -n "$missing" ] || return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! sudo -n true 2>/dev/null; then
+      echo "NOTE: the Galera tests (internal/galeratest) will skip: installing$missing needs root" >&2
+      return 0
+    fi
+    sudo="sudo -n"
+  fi
+  echo "installing$missing from the Debian packages for the Galera tests..." >&2
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null; }; then
+    echo "NOTE: the Galera tests (internal/galeratest) will skip: apt-get could not install$missing" >&2
+  fi
+}
