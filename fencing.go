@@ -114,10 +114,15 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err == nil {
 		err = fn(tx)
 	}
-	if err == nil && ctx.Err() != nil {
+	switch {
+	case err == nil && ctx.Err() != nil:
 		// database/sql rolls back a transaction whose context ended and
 		// would not send the COMMIT: say so before trying.
 		err = fmt.Errorf("election: fenced transaction: not committed: %w", ctx.Err())
+	case err == nil && !t.IsLeader():
+		// The lease ran out while fn ran (the process paused, say): a
+		// newer term may have begun, where no row lock reaches (Galera).
+		err = &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
 	if err != nil {
 		clean = tx.Rollback() == nil
@@ -131,6 +136,31 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	clean = true
 	return nil
+}
+
+// causalEpoch reads the election's epoch as epoch does, but on Galera only
+// once this node has applied every write set committed in the cluster
+// before the read (wsrep_sync_wait), on a session of its own that is
+// dropped after: a certification failure can come back before the newer
+// epoch is applied here.
+func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
+	s.mu.Lock()
+	galera := s.galera
+	s.mu.Unlock()
+	if !galera {
+		return s.epoch(ctx, lock)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer drop(conn)
+	if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
+		return 0, err
+	}
+	var epoch uint64
+	err = conn.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
+	return epoch, err
 }
 
 // rolledBack reports whether a failed COMMIT certainly committed nothing:
@@ -163,7 +193,7 @@ func (t *Term) staleOr(ctx context.Context, lock string, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.st.cfg.Interval)
 	defer cancel()
-	if current, rerr := t.st.epoch(ctx, lock); rerr == nil && current > t.token {
+	if current, rerr := t.st.causalEpoch(ctx, lock); rerr == nil && current > t.token {
 		return &StaleTokenError{Token: t.token, Current: current, Failed: err}
 	}
 	return err
@@ -200,12 +230,32 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) error {
 		current uint64
 		wait    int64
 	)
-	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ? LOCK IN SHARE MODE", lock)).Scan(&current, &wait)
+	t.st.mu.Lock()
+	galera := t.st.galera
+	t.st.mu.Unlock()
+	lockMode := " LOCK IN SHARE MODE"
+	if galera {
+		lockMode = " FOR UPDATE"
+	}
+	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+lockMode, lock)).Scan(&current, &wait)
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}
 	if current != t.token {
 		return &StaleTokenError{Token: t.token, Current: current}
+	}
+	if galera {
+		// Galera replicates no locks: a newer term's bump, made on another
+		// node, would not wait for this transaction. Changing the epoch row
+		// and changing it back puts the row in this transaction's write
+		// set, so that certification refuses whichever of the two commits
+		// second (error 1213, read as fenced), and a bump applied on this
+		// node first aborts it on the row lock.
+		for _, step := range []string{"+ 1", "- 1"} {
+			if _, err := tx.ExecContext(ctx, text("UPDATE `"+t.st.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
+				return fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
+			}
+		}
 	}
 	if w := t.st.cfg.waitTimeout(); wait != w {
 		if _, err := tx.ExecContext(ctx, setWaitTimeout(w)); err != nil {

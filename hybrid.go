@@ -55,10 +55,11 @@ type store struct {
 
 	tbl tables
 
-	mu    sync.Mutex
-	lock  string    // the lock name, once learnt
-	ready bool      // a candidate has checked the tables and the server
-	owed  []owedEnd // ends of terms not recorded yet (see payOwed)
+	mu     sync.Mutex
+	lock   string    // the lock name, once learnt
+	ready  bool      // a candidate has checked the tables and the server
+	galera bool      // the server runs Galera (see Term.check)
+	owed   []owedEnd // ends of terms not recorded yet (see payOwed)
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
@@ -119,7 +120,7 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 		log.Warn(w)
 	}
 	s.mu.Lock()
-	s.ready = true
+	s.ready, s.galera = true, p.galera
 	s.mu.Unlock()
 	return lock, nil
 }

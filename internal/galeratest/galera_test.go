@@ -735,3 +735,43 @@ func TestStopInsideFenced(t *testing.T) {
 		})
 	}
 }
+
+// A newer epoch committed on another node while a fenced transaction is
+// open, its lease still valid (as when clocks drift past the margin), does
+// not let the transaction commit: the epoch row is in its write set, so
+// the bump aborts it on this node or certification refuses it; the
+// failure reads as fenced, with the newer epoch, and no node has its row.
+func TestFencedWriteLosesToABumpOnAnotherNode(t *testing.T) {
+	c, name := setup(t)
+	ctx := ctxFor(t, time.Minute)
+	cfg := timing
+	cfg.Identity, cfg.Lease = "node-1", 20*time.Second // the lease outlasts the test
+	e, err := election.New(c.Node(1).Open(t, name), "bump", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer term.Resign(context.Background())
+	other := c.Node(2).Open(t, name)
+	err = term.Fenced(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'overtaken')", term.Token()); err != nil {
+			return err
+		}
+		// A newer term's bump, on node 2, while this transaction is open.
+		_, err := other.ExecContext(ctx, "UPDATE election_epoch SET epoch = epoch + 1")
+		return err
+	})
+	var stale *election.StaleTokenError
+	if !errors.Is(err, election.ErrFenced) || !errors.As(err, &stale) || stale.Current <= term.Token() {
+		t.Fatalf("a fenced transaction overtaken by a bump on another node: %v, want a StaleTokenError naming the newer epoch", err)
+	}
+	t.Logf("%v", err)
+	for _, w := range checkWrites(t, c, name) {
+		if w.holder == "overtaken" {
+			t.Fatalf("the overtaken transaction's row was committed: %+v", w)
+		}
+	}
+}
