@@ -55,7 +55,9 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // term's token; a new term must bump that row, so it starts only after this
 // transaction ends, and every write fn makes commits before any write of a
 // later term. If the term has ended locally, or a newer term exists, Fenced
-// returns a *StaleTokenError (errors.Is(err, ErrFenced)) and fn does not run.
+// returns a *StaleTokenError (errors.Is(err, ErrFenced)) and fn does not run;
+// if the term ends, or its lease runs out, while fn runs, the transaction is
+// rolled back instead of committed, with the same error.
 // If fn returns an error the transaction is rolled back and the error is
 // returned. A transaction that fails because its term ended while it was
 // open fails the same way, on every platform: aborted by the server (on

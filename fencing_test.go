@@ -589,8 +589,9 @@ func TestKeptSessionNeverReturnsToThePool(t *testing.T) {
 		<-inside
 		resignAll(t, tb)
 		close(hold)
-		if err := <-done; err != nil {
-			t.Fatalf("fenced transaction across the term's end (no newer term): %v", err)
+		// Its term is over: the COMMIT is not sent.
+		if err := <-done; !errors.Is(err, election.ErrFenced) {
+			t.Fatalf("fenced transaction across the term's end: %v, want ErrFenced", err)
 		}
 		assertPoolSessionsAtDefault(t, ctx, db, kept, busy)
 		var alive int
