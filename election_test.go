@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -640,4 +641,59 @@ func TestRunSaysWhyItStopsWhenFnReturns(t *testing.T) {
 	if !strings.Contains(logs.String(), "no longer campaigns") || !strings.Contains(logs.String(), "queue empty") {
 		t.Fatalf("the log does not say why Run stopped:\n%s", logs.String())
 	}
+}
+
+// An elector's first campaign is bounded whatever its context: against a
+// server that accepts the connection and never answers (the handshake
+// hangs), and against one that stops answering after the connection was
+// made (the first statements hang), Campaign(context.Background()) gives up
+// by itself, and Run would retry.
+func TestFirstUseIsBounded(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		silent, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { silent.Close() })
+		go func() {
+			var held []net.Conn // accepted, never answered
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			for {
+				c, err := silent.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c)
+			}
+		}()
+		cfg := server.Config("x")
+		cfg.Addr = silent.Addr().String()
+		blackholed, proxy := viaProxy(t, server.NewDatabase(t))
+		if err := blackholed.Ping(); err != nil { // a session made while the network works
+			t.Fatal(err)
+		}
+		proxy.Blackhole()
+		for what, db := range map[string]*sql.DB{"a silent server": openDSN(t, cfg.FormatDSN()), "a server gone silent": blackholed} {
+			c := fast
+			c.Strategy = s
+			e := newElectorWith(t, db, "first", c)
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.Campaign(context.Background())
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("first campaign against %s: %v, want it to give up by itself", what, err)
+				}
+			case <-time.After(time.Minute): // a guard against a hang, not a bound on speed
+				t.Fatalf("first campaign against %s still blocked after a minute", what)
+			}
+		}
+	})
 }

@@ -92,6 +92,10 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 // prepare reads the server's platform, then creates or checks the tables,
 // once, before a candidate's first campaign; it returns the lock name.
 func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
+	// Bounded as a session's setup is: a server that accepts the connection
+	// and never answers must not hold a campaign forever, whatever ctx.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease+s.cfg.Margin)
+	defer cancel()
 	lock, err := s.lockName(ctx)
 	s.mu.Lock()
 	ready := s.ready
