@@ -122,8 +122,9 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		// would not send the COMMIT: say so before trying.
 		err = fmt.Errorf("election: fenced transaction: not committed: %w", ctx.Err())
 	case err == nil && !t.IsLeader():
-		// The lease ran out while fn ran (the process paused, say): a
-		// newer term may have begun, where no row lock reaches (Galera).
+		// The term ended, or its lease ran out (the process paused, say),
+		// while fn ran: a newer term may have begun, where no row lock
+		// reaches (Galera).
 		err = &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
 	if err != nil {
