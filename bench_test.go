@@ -51,13 +51,13 @@ func BenchmarkFailover(b *testing.B) {
 		})
 		b.Run(s.String()+"/sigkill-process", func(b *testing.B) {
 			_, g := writingGroup(b, s, "bench-sigkill", 3)
-			leader := g.next(is("start"), 30*time.Second)
+			leader := g.Next(is("start"), 30*time.Second)
 			var took []time.Duration
 			for i := range b.N {
-				g.next(isFrom("write", leader.ID), 10*time.Second)
+				g.Next(isFrom("write", leader.ID), 10*time.Second)
 				killed := time.Now()
 				g.signal(leader.ID, syscall.SIGKILL)
-				next := g.next(is("start"), 30*time.Second)
+				next := g.Next(is("start"), 30*time.Second)
 				took = append(took, time.Unix(0, next.At).Sub(killed))
 				g.start(leader.ID + "-" + string(rune('a'+i%26)))
 				leader = next

@@ -362,12 +362,12 @@ func TestOneLeaderAmongProcesses(t *testing.T) {
 		seen := map[uint64]string{}
 		var last uint64
 		for range 3 {
-			start := g.next(is("start"), 30*time.Second)
+			start := g.Next(is("start"), 30*time.Second)
 			assertTokenAfter(t, start.Token, last)
 			seen[start.Token], last = start.ID, start.Token
-			g.next(isFrom("write", start.ID), 10*time.Second)
+			g.Next(isFrom("write", start.ID), 10*time.Second)
 			g.signal(start.ID, syscall.SIGTERM) // graceful: Run resigns
-			g.next(isFrom("exit", start.ID), 10*time.Second)
+			g.Next(isFrom("exit", start.ID), 10*time.Second)
 		}
 		if n := checkWrites(t, db); n == 0 {
 			t.Fatal("no fenced writes")
@@ -392,13 +392,13 @@ func TestLeaderProcessStopped(t *testing.T) {
 		g.signal(first.ID, syscall.SIGSTOP)
 		second := g.nextLeader(first, 30*time.Second)
 		g.signal(first.ID, syscall.SIGCONT)
-		end := g.next(isFrom("end", first.ID), 10*time.Second)
+		end := g.Next(isFrom("end", first.ID), 10*time.Second)
 		if !hasPrefix(end.Reason, election.ErrLeaseExpired, election.ErrSessionLost, election.ErrLockLost) {
 			t.Fatalf("resumed leader's term ended with %q", end.Reason)
 		}
 		// The resumed leader campaigns again and waits; the new leader keeps
 		// writing, and no write of the stale term lands after the new term's.
-		g.next(isFrom("write", second.ID), 10*time.Second)
+		g.Next(isFrom("write", second.ID), 10*time.Second)
 		checkWrites(t, db)
 	})
 }
@@ -408,8 +408,8 @@ func TestLeaderProcessStopped(t *testing.T) {
 func leadingGroup(t *testing.T, s election.Strategy, name string, n int) (*sql.DB, *group, event) {
 	t.Helper()
 	db, g := writingGroup(t, s, name, n)
-	first := g.next(is("start"), 30*time.Second)
-	g.next(isFrom("write", first.ID), 10*time.Second)
+	first := g.Next(is("start"), 30*time.Second)
+	g.Next(isFrom("write", first.ID), 10*time.Second)
 	return db, g, first
 }
 
@@ -417,11 +417,11 @@ func leadingGroup(t *testing.T, s election.Strategy, name string, n int) (*sql.D
 // token, and has written.
 func (g *group) nextLeader(old event, limit time.Duration) event {
 	g.t.Helper()
-	next := g.next(is("start"), limit)
+	next := g.Next(is("start"), limit)
 	if next.ID == old.ID || next.Token <= old.Token {
 		g.t.Fatalf("after the fault on %s (token %d): %s leads with token %d", old.ID, old.Token, next.ID, next.Token)
 	}
-	g.next(isFrom("write", next.ID), 10*time.Second)
+	g.Next(isFrom("write", next.ID), 10*time.Second)
 	return next
 }
 

@@ -102,8 +102,8 @@ func TestOperatorViewsAgree(t *testing.T) {
 			if f.want == "lost" {
 				continue // killed: it logs nothing
 			}
-			logged[token] = g.next(func(e event) bool { return e.Ev == "logged" && e.Token == token }, 20*time.Second).Reason
-			observed[token] = g.next(func(e event) bool { return e.Ev == "observed" && e.Token == token }, 20*time.Second).Reason
+			logged[token] = g.Next(func(e event) bool { return e.Ev == "logged" && e.Token == token }, 20*time.Second).Reason
+			observed[token] = g.Next(func(e event) bool { return e.Ev == "observed" && e.Token == token }, 20*time.Second).Reason
 		}
 		var hist []election.TermRecord
 		waitFor(t, "every faulted term's end in the history", 20*time.Second, func() bool {

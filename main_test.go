@@ -1,13 +1,10 @@
 package election_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -24,6 +21,7 @@ import (
 	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/faultproxy"
 	"github.com/sqlelect/election/internal/mysqltest"
+	"github.com/sqlelect/election/internal/proctest"
 )
 
 // server is the one server of this test binary, started by TestMain.
@@ -383,27 +381,14 @@ func (l *logBuffer) lines(parts ...string) []string {
 
 // --- candidates in separate processes ---
 
-// event is one line a child candidate prints.
-type event struct {
-	Ev     string `json:"ev"` // start, write, end, exit, error
-	ID     string `json:"id"`
-	Token  uint64 `json:"token,omitempty"`
-	OK     bool   `json:"ok,omitempty"`
-	Reason string `json:"reason,omitempty"`
-	At     int64  `json:"at"` // wall clock, Unix ns: children share the machine's clock
-}
+// event is one line a child candidate prints (start, write, end, exit,
+// error; and logged, observed: see termEndLog).
+type event = proctest.Event
 
 // childMain is a candidate process: it runs the election named by its
 // environment until SIGTERM, making fenced writes while it leads.
 func childMain() int {
-	out := json.NewEncoder(os.Stdout)
-	var mu sync.Mutex
-	emit := func(ev event) {
-		ev.At = time.Now().UnixNano()
-		mu.Lock()
-		defer mu.Unlock()
-		out.Encode(ev)
-	}
+	emit := proctest.Emitter(os.Stdout)
 	id := os.Getenv("ELECTION_CHILD")
 	db, err := sql.Open("mysql", os.Getenv("ELECTION_CHILD_DSN"))
 	if err != nil {
@@ -489,17 +474,16 @@ func (h termEndLog) WithGroup(string) slog.Handler { return h }
 
 // group is a set of candidate processes with one stream of their events.
 type group struct {
-	t       testing.TB
-	s       election.Strategy
-	dsn     string
-	name    string
-	procs   map[string]*exec.Cmd
-	events  chan event
-	pending []event // received, not yet returned by next
+	*proctest.Stream
+	t     testing.TB
+	s     election.Strategy
+	dsn   string
+	name  string
+	procs map[string]*exec.Cmd
 }
 
 func newGroup(t testing.TB, s election.Strategy, dsn, name string) *group {
-	return &group{t: t, s: s, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}, events: make(chan event, 100000)}
+	return &group{Stream: proctest.NewStream(t), t: t, s: s, dsn: dsn, name: name, procs: map[string]*exec.Cmd{}}
 }
 
 // writingGroup starts n candidate processes of election name, on a fresh
@@ -515,31 +499,11 @@ func writingGroup(t testing.TB, s election.Strategy, name string, n int) (*sql.D
 
 // start launches a candidate process named id.
 func (g *group) start(id string) {
-	t := g.t
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name,
+	g.t.Helper()
+	cmd, _ := g.Start("ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name,
 		"ELECTION_CHILD_STRATEGY="+g.s.String())
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	g.procs[id] = cmd
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
-				g.events <- ev
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	t.Cleanup(func() {
+	g.t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGCONT)
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -560,36 +524,4 @@ func (g *group) signal(id string, sig syscall.Signal) {
 	}
 }
 
-// next returns the earliest event, not yet returned, for which match is
-// true. Events that do not match stay pending for later calls: a process's
-// events may arrive interleaved with another's in either order.
-func (g *group) next(match func(event) bool, limit time.Duration) event {
-	g.t.Helper()
-	for i, e := range g.pending {
-		if match(e) {
-			g.pending = append(g.pending[:i], g.pending[i+1:]...)
-			return e
-		}
-	}
-	timeout := time.After(limit)
-	for {
-		select {
-		case e := <-g.events:
-			if e.Ev == "error" {
-				g.t.Fatalf("%s: %s", e.ID, e.Reason)
-			}
-			if match(e) {
-				return e
-			}
-			g.pending = append(g.pending, e)
-		case <-timeout:
-			g.t.Fatalf("no matching event within %v", limit)
-		}
-	}
-}
-
-func is(kind string) func(event) bool { return func(e event) bool { return e.Ev == kind } }
-
-func isFrom(kind, id string) func(event) bool {
-	return func(e event) bool { return e.Ev == kind && e.ID == id }
-}
+var is, isFrom = proctest.Is, proctest.IsFrom

@@ -21,15 +21,7 @@ func TestMain(m *testing.M) { exampletest.Main(m, "QUEUE_MAIN", main) }
 func TestQueue(t *testing.T) {
 	const jobs = 300
 	ctx := t.Context()
-	dsn := exampletest.Database(t, "queue")
-	db := exampletest.Open(t, dsn)
-	// A database from $ELECTION_DSN may hold the jobs of an earlier test.
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS jobs, job_log"); err != nil {
-		t.Fatal(err)
-	}
-	if err := setup(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	dsn, db := emptyQueue(t)
 	if err := enqueue(ctx, db, jobs); err != nil {
 		t.Fatal(err)
 	}
@@ -95,14 +87,7 @@ func TestQueue(t *testing.T) {
 func TestQueueJobLongerThanTheLease(t *testing.T) {
 	const long = election.DefaultLease + election.DefaultMargin + time.Second
 	ctx := t.Context()
-	dsn := exampletest.Database(t, "queue")
-	db := exampletest.Open(t, dsn)
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS jobs, job_log"); err != nil {
-		t.Fatal(err)
-	}
-	if err := setup(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	dsn, db := emptyQueue(t)
 	if err := enqueue(ctx, db, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +120,19 @@ func waitDone(t *testing.T, db *sql.DB, n int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// emptyQueue returns the DSN of a database with empty queue tables, and a
+// pool on it. A database from $ELECTION_DSN may hold an earlier test's jobs.
+func emptyQueue(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	dsn := exampletest.Database(t, "queue")
+	db := exampletest.Open(t, dsn)
+	if _, err := db.ExecContext(t.Context(), "DROP TABLE IF EXISTS jobs, job_log"); err != nil {
+		t.Fatal(err)
+	}
+	if err := setup(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, db
 }

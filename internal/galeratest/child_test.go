@@ -1,13 +1,10 @@
 package galeratest_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -20,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/proctest"
 )
 
 // Candidates in processes of their own, as the root package's
@@ -42,29 +40,15 @@ const (
 	envTiming = "ELECTION_CHILD_TIMING"
 )
 
-// event is one line a candidate process prints.
-type event struct {
-	Ev     string `json:"ev"` // start, end, lost, inside, stuck, failed, log, exit, error; killed is the test's own
-	ID     string `json:"id"`
-	Token  uint64 `json:"token,omitempty"`
-	Fenced bool   `json:"fenced,omitempty"` // stuck: errors.Is(err, election.ErrFenced)
-	Reason string `json:"reason,omitempty"`
-	At     int64  `json:"at"` // wall clock, Unix ns: the processes share the machine's clock
-}
-
-func (e event) at() time.Time { return time.Unix(0, e.At) }
+// event is one line a candidate process prints: start, end, lost, inside,
+// stuck (Fenced: errors.Is(err, election.ErrFenced)), failed, log, exit,
+// error; killed is the test's own.
+type event = proctest.Event
 
 // childMain is a candidate process: it runs the election until SIGTERM,
 // making fenced writes while it leads.
 func childMain() int {
-	out := json.NewEncoder(os.Stdout)
-	var mu sync.Mutex
-	emit := func(ev event) {
-		ev.At = time.Now().UnixNano()
-		mu.Lock()
-		defer mu.Unlock()
-		out.Encode(ev)
-	}
+	emit := proctest.Emitter(os.Stdout)
 	id := os.Getenv(envChild)
 	db, err := sql.Open("mysql", os.Getenv(envDSN))
 	if err != nil {
@@ -163,64 +147,33 @@ func (l logLines) Write(p []byte) (int, error) {
 
 // group is a set of candidate processes with one stream of their events.
 type group struct {
-	t       testing.TB
-	name    string
-	events  chan event
-	pending []event // received, not yet returned by next
+	*proctest.Stream
+	t    testing.TB
+	name string
 
 	mu    sync.Mutex
 	procs map[string]*proc
-	all   []event // every event, in the order received
 }
 
 type proc struct {
 	cmd  *exec.Cmd
-	read chan struct{} // closed once its stdout is read to the end
+	read <-chan struct{} // closed once its stdout is read to the end
 }
 
 func newGroup(t testing.TB, name string) *group {
-	g := &group{t: t, name: name, procs: map[string]*proc{}, events: make(chan event, 100000)}
+	g := &group{Stream: proctest.NewStream(t), t: t, name: name, procs: map[string]*proc{}}
 	t.Cleanup(g.stopAll)
 	return g
 }
 
 // start launches candidate id on dsn, with env added to its environment.
 func (g *group) start(id, dsn string, env ...string) {
-	t := g.t
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), envChild+"="+id, envDSN+"="+dsn, envName+"="+g.name,
-		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")), env...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, read: make(chan struct{})}
+	g.t.Helper()
+	cmd, read := g.Start(append([]string{envChild + "=" + id, envDSN + "=" + dsn, envName + "=" + g.name,
+		"GORACE=" + strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0")}, env...)...)
 	g.mu.Lock()
-	g.procs[id] = p
+	g.procs[id] = &proc{cmd: cmd, read: read}
 	g.mu.Unlock()
-	go func() {
-		defer close(p.read)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var ev event
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
-				g.record(ev)
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-}
-
-func (g *group) record(ev event) {
-	g.mu.Lock()
-	g.all = append(g.all, ev)
-	g.mu.Unlock()
-	g.events <- ev
 }
 
 func (g *group) proc(id string) *proc {
@@ -241,9 +194,7 @@ func (g *group) signal(id string, sig syscall.Signal) {
 func (g *group) kill(id string) {
 	g.t.Helper()
 	g.signal(id, syscall.SIGKILL)
-	g.mu.Lock()
-	g.all = append(g.all, event{Ev: "killed", ID: id, At: time.Now().UnixNano()})
-	g.mu.Unlock()
+	g.Record(event{Ev: "killed", ID: id, At: time.Now().UnixNano()})
 }
 
 // stopAll ends every candidate (SIGTERM, so that a leader ends its term
@@ -275,60 +226,18 @@ func maps(m map[string]*proc) []*proc {
 	return ps
 }
 
-// next returns the earliest event, not yet returned, for which match is
-// true. Events that do not match stay pending for later calls.
-func (g *group) next(match func(event) bool, limit time.Duration) event {
-	g.t.Helper()
-	for i, e := range g.pending {
-		if match(e) {
-			g.pending = slices.Delete(g.pending, i, i+1)
-			return e
-		}
-	}
-	timeout := time.After(limit)
-	for {
-		select {
-		case e := <-g.events:
-			if e.Ev == "error" {
-				g.t.Fatalf("%s: %s", e.ID, e.Reason)
-			}
-			if match(e) {
-				return e
-			}
-			g.pending = append(g.pending, e)
-		case <-timeout:
-			g.t.Fatalf("no matching event within %v; events so far:\n%s", limit, g.describe())
-		}
-	}
-}
-
-// describe lists the events so far, but for log lines.
-func (g *group) describe() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var b strings.Builder
-	for _, e := range g.all {
-		if e.Ev != "log" && e.Ev != "failed" {
-			fmt.Fprintf(&b, "  %s %s %s token %d %s\n", e.at().Format("15:04:05.000"), e.ID, e.Ev, e.Token, e.Reason)
-		}
-	}
-	return b.String()
-}
-
 // report logs what the candidates logged and the fenced writes that failed,
 // for the record of what Galera did: each distinct line once, with how many
 // times and from when to when it came.
 func (g *group) report() {
 	g.t.Helper()
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	type seen struct {
 		n           int
 		first, last time.Time
 	}
 	var order []string
 	lines := map[string]*seen{}
-	for _, e := range g.all {
+	for _, e := range g.All() {
 		if e.Ev != "log" && e.Ev != "failed" {
 			continue
 		}
@@ -338,12 +247,12 @@ func (g *group) report() {
 		}
 		s := lines[line]
 		if s == nil {
-			s = &seen{first: e.at()}
+			s = &seen{first: e.Time()}
 			lines[line] = s
 			order = append(order, line)
 		}
 		s.n++
-		s.last = e.at()
+		s.last = e.Time()
 	}
 	for _, line := range order {
 		s := lines[line]
@@ -357,8 +266,6 @@ func (g *group) report() {
 // Call it once the candidates have stopped.
 func (g *group) assertOneActsAtATime() {
 	g.t.Helper()
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	type span struct {
 		id         string
 		token      uint64
@@ -366,7 +273,7 @@ func (g *group) assertOneActsAtATime() {
 	}
 	var spans []*span
 	open := map[string]*span{}
-	for _, e := range g.all {
+	for _, e := range g.All() {
 		switch e.Ev {
 		case "start":
 			s := &span{id: e.ID, token: e.Token, start: e.At}
@@ -392,11 +299,7 @@ func (g *group) assertOneActsAtATime() {
 	}
 }
 
-func is(kind string) func(event) bool { return func(e event) bool { return e.Ev == kind } }
-
-func isFrom(kind, id string) func(event) bool {
-	return func(e event) bool { return e.Ev == kind && e.ID == id }
-}
+var is, isFrom = proctest.Is, proctest.IsFrom
 
 // startedAfter matches the start of a term newer than token, by any
 // candidate.
