@@ -100,8 +100,10 @@ type Config struct {
 	// SkipCreateTables stops the Elector from creating missing tables on
 	// first use; see SchemaDDL.
 	SkipCreateTables bool
-	// HistoryLimit bounds the term history kept per election. Default
-	// DefaultHistoryLimit.
+	// HistoryLimit bounds the term history kept per election: each
+	// candidate trims it to the newest HistoryLimit terms at its first term
+	// and every 16th after, so it holds at most 16 more per candidate.
+	// Default DefaultHistoryLimit.
 	HistoryLimit int
 	// Logger receives structured logs: terms started and ended (Info),
 	// failed keepalives and campaigns (Warn), and at Debug what a waiting

@@ -120,16 +120,19 @@ func TestOperatorViewsAgree(t *testing.T) {
 			return found == len(ended)
 		})
 		t.Logf("history: %+v", hist)
-		byToken := map[uint64]election.TermRecord{}
-		for _, h := range hist {
+		byToken, after := map[uint64]election.TermRecord{}, map[uint64]election.TermRecord{}
+		for i, h := range hist { // newest first
 			byToken[h.Token] = h
+			if i > 0 {
+				after[h.Token] = hist[i-1]
+			}
 		}
 		// Watch reads every Interval: give it two reads after History.
 		time.Sleep(3 * fast.Interval)
 		stopWatch()
 		<-watching
 		for token, f := range ended {
-			h, next := byToken[token], byToken[token+1]
+			h, next := byToken[token], after[token]
 			mu.Lock()
 			w := watched[token]
 			mu.Unlock()

@@ -44,14 +44,14 @@ func ExampleElector_Run() {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
-		fmt.Println("leading with token", t.Token())
+		fmt.Println("leading:", t.Token() > 0)
 		stop() // in a service: a shutdown signal. Run resigns after fn returns.
 		<-ctx.Done()
 		return nil
 	})
 	fmt.Println("run ended:", err)
 	// Output:
-	// leading with token 1
+	// leading: true
 	// run ended: context canceled
 }
 
@@ -67,14 +67,14 @@ func ExampleElector_Campaign() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("leader:", e.IsLeader(), "token:", term.Token())
+	fmt.Println("leader:", e.IsLeader(), "token issued:", term.Token() > 0)
 	// ... work with term.Context(), which is cancelled if leadership is lost ...
 	if err := term.Resign(ctx); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("leader:", e.IsLeader(), "ended:", term.Err())
 	// Output:
-	// leader: true token: 1
+	// leader: true token issued: true
 	// leader: false ended: election: resigned
 }
 
@@ -160,8 +160,8 @@ func ExampleOperator_Leader() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(rec.Identity, rec.Token, rec.State, rec.LockConnID == rec.ConnID)
-	// Output: host-a 1 leading true
+	fmt.Println(rec.Identity, rec.Token == term.Token(), rec.State, rec.LockConnID == rec.ConnID)
+	// Output: host-a true leading true
 }
 
 func ExampleSchemaDDL() {
@@ -186,7 +186,7 @@ func ExampleElector_TryRun() {
 	defer db.Close()
 	// The same nightly task is scheduled on every instance; one runs it.
 	task := func(ctx context.Context, t *election.Term) error {
-		fmt.Println("running the report with token", t.Token())
+		fmt.Println("running the report")
 		return nil
 	}
 	a, _ := election.New(db, "nightly-report", election.Config{Identity: "host-a"})
@@ -204,7 +204,7 @@ func ExampleElector_TryRun() {
 	fmt.Println("host-b:", b.TryRun(ctx, time.Second, task))
 	fmt.Println("host-a:", <-done)
 	// Output:
-	// running the report with token 1
+	// running the report
 	// host-b: election: held by another candidate
 	// host-a: <nil>
 }
@@ -225,15 +225,15 @@ func ExampleOperator_Watch() {
 
 	for range 3 {
 		ev := <-events
-		fmt.Printf("token %d leader %q leading %v reason %q\n", ev.Token, ev.Identity, ev.Leading, ev.Reason)
+		fmt.Printf("this term %v leader %q leading %v reason %q\n", ev.Token == term.Token(), ev.Identity, ev.Leading, ev.Reason)
 	}
 	stop()
 	for range events {
 	}
 	// Output:
-	// token 0 leader "" leading false reason ""
-	// token 1 leader "host-a" leading true reason ""
-	// token 1 leader "host-a" leading false reason "resigned"
+	// this term false leader "" leading false reason ""
+	// this term true leader "host-a" leading true reason ""
+	// this term true leader "host-a" leading false reason "resigned"
 }
 
 func ExampleOperator_Demote() {
@@ -258,17 +258,17 @@ func ExampleOperator_Demote() {
 	ops, _ := election.NewOperator(db, "controller", election.Config{})
 	before, _ := ops.Leader(ctx)
 	killed, err := ops.Demote(ctx) // returns once host-a has stepped down
-	fmt.Printf("demoted %s (token %d): killed %v, err %v\n", before.Identity, before.Token, killed, err)
+	fmt.Printf("demoted %s: killed %v, err %v\n", before.Identity, killed, err)
 	after, err := ops.Leader(ctx)
 	for err != nil {
 		time.Sleep(50 * time.Millisecond)
 		after, err = ops.Leader(ctx)
 	}
-	fmt.Printf("%s leads (token %d)\n", after.Identity, after.Token)
+	fmt.Printf("%s leads, with a higher token: %v\n", after.Identity, after.Token > before.Token)
 	stop()
 	<-done
 	<-done
 	// Output:
-	// demoted host-a (token 1): killed false, err <nil>
-	// host-b leads (token 2)
+	// demoted host-a: killed false, err <nil>
+	// host-b leads, with a higher token: true
 }

@@ -21,7 +21,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// historyPruneEvery spaces out the deletes that bound the history.
+// historyPruneEvery spaces out the deletes that bound the history: a
+// candidate prunes at its first term and every 16th after.
 const historyPruneEvery = 16
 
 // errHandedOver marks a demotion that names a successor.
@@ -60,10 +61,20 @@ type store struct {
 	ready  bool      // a candidate has checked the tables and the server
 	galera bool      // the server runs Galera (see Term.check)
 	owed   []owedEnd // ends of terms not recorded yet (see payOwed)
+	starts int       // terms started through this store, for pruneDue
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
 	return &store{db: db, name: name, cfg: cfg, tbl: tablesFor(cfg.TablePrefix)}
+}
+
+// pruneDue counts a term started and says whether its history write
+// should prune the history.
+func (s *store) pruneDue() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starts++
+	return s.starts%historyPruneEvery == 1
 }
 
 // lockName returns the election's lock name, the key of all its rows. It
@@ -350,7 +361,12 @@ type TermRecord struct {
 	Identity string
 	Host     string
 	PID      int
-	Started  time.Time // database clock
+	// Server is the database server that granted the term, as it names
+	// itself: host:port/server_id. A change between two terms is a
+	// failover of the database (or, on Galera, a leader on another node).
+	// Empty when the term's leader did not write its own row.
+	Server  string
+	Started time.Time // database clock
 	// Ended is when the leader stopped acting, on the database clock, zero
 	// while the term may still act: when it released the election, or
 	// when it saw its term end (a paused or cut-off leader: its lease's end
@@ -368,14 +384,14 @@ type TermRecord struct {
 
 // terms reads history rows of the election that match cond.
 func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]TermRecord, error) {
-	return collect(ctx, s.db, s.tbl, "history", text("SELECT epoch, holder, host, pid, "+utcMicros("started_at")+", "+utcMicros("ended_at")+
+	return collect(ctx, s.db, s.tbl, "history", text("SELECT epoch, holder, host, pid, COALESCE(server, ''), "+utcMicros("started_at")+", "+utcMicros("ended_at")+
 		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...), func(rows *sql.Rows) (TermRecord, error) {
 		var (
 			t              TermRecord
 			started, ended sql.NullInt64
 			reason         sql.NullString
 		)
-		err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &started, &ended, &reason)
+		err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &t.Server, &started, &ended, &reason)
 		t.Started, t.Ended, t.Reason = fromMicros(started), fromMicros(ended), reason.String
 		return t, err
 	})

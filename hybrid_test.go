@@ -149,8 +149,11 @@ func TestHistoryIsBounded(t *testing.T) {
 		cfg.HistoryLimit = 5
 		e := newElectorWith(t, db, "bounded", cfg)
 		ctx := ctxFor(t, time.Minute)
+		var tokens []uint64
 		for range 40 {
-			resignAll(t, await(t, campaign(ctx, e), 10*time.Second).term)
+			term := await(t, campaign(ctx, e), 10*time.Second).term
+			tokens = append(tokens, term.Token())
+			resignAll(t, term)
 		}
 		var rows int
 		db.QueryRow("SELECT COUNT(*) FROM election_term").Scan(&rows)
@@ -158,7 +161,7 @@ func TestHistoryIsBounded(t *testing.T) {
 			t.Fatalf("%d history rows kept with HistoryLimit 5", rows)
 		}
 		hist, err := newOperatorWith(t, db, "bounded", cfg).History(ctx, 0)
-		if err != nil || len(hist) != 5 || hist[0].Token != 40 || hist[0].Reason != "resigned" || hist[4].Token != 36 {
+		if err != nil || len(hist) != 5 || hist[0].Token != tokens[39] || hist[0].Reason != "resigned" || hist[4].Token != tokens[35] {
 			t.Fatalf("history: %+v, %v", hist, err)
 		}
 	})
@@ -194,9 +197,9 @@ func TestWatchSeesEveryTransition(t *testing.T) {
 		tc := await(t, campaign(ctx, c), 10*time.Second).term
 		resignAll(t, tc)
 		want := []election.Event{
-			{Token: 1, Identity: "a", Leading: true}, {Token: 1, Identity: "a", Reason: "resigned"},
-			{Token: 2, Identity: "b", Leading: true}, {Token: 2, Identity: "b", Reason: "demoted"},
-			{Token: 3, Identity: "c", Leading: true}, {Token: 3, Identity: "c", Reason: "resigned"},
+			{Token: ta.Token(), Identity: "a", Leading: true}, {Token: ta.Token(), Identity: "a", Reason: "resigned"},
+			{Token: tb.Token(), Identity: "b", Leading: true}, {Token: tb.Token(), Identity: "b", Reason: "demoted"},
+			{Token: tc.Token(), Identity: "c", Leading: true}, {Token: tc.Token(), Identity: "c", Reason: "resigned"},
 		}
 		for i, w := range want {
 			select {

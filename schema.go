@@ -117,6 +117,7 @@ func ddl(t tables) []string {
 			"  holder         VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n" +
 			"  host           VARCHAR(255) CHARACTER SET utf8mb4 NOT NULL,\n" +
 			"  pid            INT NOT NULL,\n" +
+			"  " + serverColumn + ",\n" +
 			"  started_at     DATETIME(6) NOT NULL,\n" +
 			"  ended_at       DATETIME(6) NULL,\n" +
 			"  reason         VARCHAR(32) CHARACTER SET ascii NULL,\n" +
@@ -138,28 +139,59 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 	return createSchema(ctx, db, tablesFor(prefix))
 }
 
+// serverColumn is the term table's column added after the first release:
+// the database server that granted the term (see TermRecord.Server).
+const serverColumn = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
+
+// upgrade is the statement that adds serverColumn to tables made before it.
+func (t tables) upgrade() string {
+	return "ALTER TABLE `" + t.term + "` ADD COLUMN " + serverColumn + " AFTER pid"
+}
+
 func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 	for _, stmt := range ddl(t) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
 			// the table exists: tables a DBA made are fine without it.
-			if isDenied(err) && checkSchema(ctx, db, t) == nil {
-				return nil
+			if check := checkSchema(ctx, db, t); !isDenied(err) || check != nil && !isOld(check) {
+				return schemaError(t, err)
 			}
-			return schemaError(t, err)
+			break
 		}
+	}
+	if err := checkSchema(ctx, db, t); !isOld(err) {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, t.upgrade()); err != nil && !isDuplicateColumn(err) {
+		return schemaError(t, err)
 	}
 	return nil
 }
 
-// checkSchema verifies that the tables exist and can be read.
+// checkSchema verifies that the tables exist, with every column, and can
+// be read.
 func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
 	for _, name := range t.all() {
 		if _, err := db.ExecContext(ctx, "SELECT lock_name FROM `"+name+"` LIMIT 0"); err != nil {
 			return schemaError(t, err)
 		}
 	}
+	if _, err := db.ExecContext(ctx, "SELECT server FROM `"+t.term+"` LIMIT 0"); err != nil {
+		return schemaError(t, err)
+	}
 	return nil
+}
+
+// isOld: tables made before serverColumn was.
+func isOld(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1054 // unknown column
+}
+
+// isDuplicateColumn: another candidate has upgraded the tables meanwhile.
+func isDuplicateColumn(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1060
 }
 
 func schemaError(t tables, err error) error {
@@ -173,6 +205,9 @@ func schemaError(t tables, err error) error {
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
 	case 1142, 1227: // a command or a privilege denied
+		if strings.HasPrefix(me.Message, "ALTER") {
+			return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library and the elector's user may not add the column it needs: run this as a user with ALTER privilege:\n%s;", ErrSchema, err, t.upgrade())
+		}
 		if !strings.HasPrefix(me.Message, "CREATE") {
 			// The tables exist; a grant on them is missing.
 			// The server says "denied", not "doesn't exist", to a user
@@ -180,6 +215,8 @@ func schemaError(t tables, err error) error {
 			return fmt.Errorf("%w: %w; grant the user what the message names%s: %s", ErrSchema, err, prefix, grants(t))
 		}
 		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
+	case 1054: // no such column: tables made by an earlier version
+		return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library: a candidate adds the column on first use, unless Config.SkipCreateTables is set; or run this as a user with ALTER privilege:\n%s;", ErrSchema, err, t.upgrade())
 	case 1146: // no such table
 		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s%s", ErrSchema, err, prefix, fix)
 	case 1046: // no database selected

@@ -226,3 +226,63 @@ func TestREADMEGrantsAreEnough(t *testing.T) {
 		t.Fatalf("TryRun as the README's app user while a leads: %v, want ErrHeld", err)
 	}
 }
+
+// Tables made by the first release lack the term table's server column: a
+// candidate adds it on first use and records the server; with
+// SkipCreateTables, or for a user without ALTER, the error gives the
+// statement, and nothing is written.
+func TestTablesOfAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	dbName := server.NewDatabase(t)
+	admin := server.Open(t, dbName)
+	ctx := ctxFor(t, time.Minute)
+	old := func() {
+		t.Helper()
+		for _, stmt := range []string{"DROP TABLE IF EXISTS election_record, election_epoch, election_candidate, election_term"} {
+			if _, err := admin.ExecContext(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := election.CreateSchema(ctx, admin, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.ExecContext(ctx, "ALTER TABLE election_term DROP COLUMN server"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const alter = "ALTER TABLE `election_term` ADD COLUMN server"
+	rows := func() (n int) {
+		t.Helper()
+		if err := admin.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM election_record) + (SELECT COUNT(*) FROM election_term)").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	old()
+	skip := fast
+	skip.SkipCreateTables = true
+	if _, err := newElectorWith(t, admin, "old", skip).Campaign(ctx); !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alter) {
+		t.Errorf("campaign with SkipCreateTables on old tables: %v", err)
+	}
+	user := openAsUser(t, dbName, "old_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
+	if _, err := newElectorWith(t, user, "old", fast).Campaign(ctx); !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alter) ||
+		!strings.Contains(err.Error(), "ALTER command denied") {
+		t.Errorf("campaign by a user without ALTER on old tables: %v", err)
+	}
+	if n := rows(); n != 0 {
+		t.Errorf("the refused campaigns wrote %d rows", n)
+	}
+
+	term, err := newElectorWith(t, admin, "old", fast).Campaign(ctx)
+	if err != nil {
+		t.Fatalf("campaign on old tables by a user who may alter them: %v", err)
+	}
+	resignAll(t, term)
+	var want string
+	admin.QueryRowContext(ctx, "SELECT CONCAT(@@hostname, ':', @@port, '/', @@server_id)").Scan(&want)
+	hist, err := newOperator(t, admin, "old").History(ctx, 1)
+	if err != nil || len(hist) != 1 || hist[0].Server != want || want == "" {
+		t.Errorf("history on upgraded tables: %+v, %v; want the server %q", hist, err, want)
+	}
+}

@@ -22,6 +22,7 @@ type opener struct{ *store }
 // predecessor is the last term as a new one finds it.
 type predecessor struct {
 	exists                          bool
+	nowUS                           uint64 // the server's clock at the read, µs since the Unix epoch
 	epoch                           uint64
 	holder, host                    string
 	pid                             int
@@ -79,24 +80,23 @@ func (s opener) unclaim(ctx context.Context, q querier, lock string, session, cl
 	s.endRecord(ctx, q, lock, claimed, ending{stateLost, time.Now()}, text(" AND conn_id = ?", session))
 }
 
-// predecessor reads the last term from the record.
+// predecessor reads the last term from the record, and the server's clock,
+// which the next token must reach (see claim); one row even if the
+// election has none yet.
 func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
 	var p predecessor
-	err := q.QueryRowContext(ctx, text("SELECT epoch, holder, host, pid, "+utcMicros("since")+", "+
-		utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", strategy, state, conn_id, IS_USED_LOCK(lock_name), "+
+	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, COALESCE(epoch, 0), COALESCE(holder, ''), COALESCE(host, ''), COALESCE(pid, 0), "+
+		"COALESCE("+utcMicros("since")+", 0), "+
+		"COALESCE("+utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", 0), strategy, state, conn_id, IS_USED_LOCK(r.lock_name), "+
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
-		s.handingOver("r")+" FROM `"+s.tbl.record+"` r WHERE lock_name = ?", lock)).
-		Scan(&p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.strategy, &p.state, &p.session, &p.owner,
+		s.handingOver("r")+" FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock)).
+		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.strategy, &p.state, &p.session, &p.owner,
 			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return p, nil
-	case err != nil:
+	if err != nil {
 		return p, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
 	}
-	p.exists = true
 	return p, nil
 }
 
@@ -144,16 +144,24 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 	return 0, nil
 }
 
-// claim writes the new term's record (epoch p.epoch+1, requests cleared),
-// only if the record is still as read: same epoch, the last term does not
+// claim writes the new term's record (requests cleared), only if the record is still as read: same epoch, the last term does not
 // act (a lease renewed since the read, a GetLock holder alive) and no
 // hand-over became pending; otherwise it returns errRaced. In the same
 // statement it bumps the epoch row (see bumpEpoch) and returns the token.
 // Without an epoch row (the first term, or a record written before the
 // epoch row was), it claims, then bumps in a statement of its own.
+//
+// The token is a hybrid logical clock: above the last one, and at least
+// the server's clock in microseconds at the read. On one server, or a
+// cluster that loses no commit, the first rule alone makes it grow. The
+// second is for a replica promoted after its primary died: it may have
+// lost the primary's last terms, whose tokens it would hand out again; but
+// those were below the primary's clock when they were issued, so a
+// failover that takes longer than the two servers' clocks differ leaves
+// them all below the replica's clock (docs/protocol.md, "Tokens").
 func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor) (uint64, error) {
 	host, _ := os.Hostname()
-	claimed := p.epoch + 1
+	claimed := max(p.epoch+1, p.nowUS)
 	values := []any{s.name, s.cfg.Strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
 	if !p.exists {
 		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
@@ -282,17 +290,23 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
+	prune := s.pruneDue()
 	return onConn(ctx, q, func(q querier) error {
-		err := s.history(ctx, q, lock, token, p, started)
+		err := s.history(ctx, q, lock, token, p, started, prune)
 		if conflict(err) { // a late writer's statement met ours: once more
-			err = s.history(ctx, q, lock, token, p, started)
+			err = s.history(ctx, q, lock, token, p, started, prune)
 		}
 		return err
 	})
 }
 
-// history makes writeHistory's statements.
-func (s opener) history(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time) error {
+// serverName names the server a statement runs on, as TermRecord.Server
+// shows it.
+const serverName = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
+
+// history makes writeHistory's statements; prune trims the history to
+// HistoryLimit terms.
+func (s opener) history(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time, prune bool) error {
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
 		var reason any
@@ -311,12 +325,15 @@ func (s opener) history(ctx context.Context, q querier, lock string, token uint6
 		}
 	}
 	host, _ := os.Hostname()
-	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, "+timeAgo+")", lock, token, s.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
+	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, server, started_at) "+
+		"VALUES (?, ?, ?, ?, ?, "+serverName+", "+timeAgo+")", lock, token, s.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
 		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
 	}
-	if limit := uint64(s.cfg.HistoryLimit); token%historyPruneEvery == 0 && token > limit {
-		if _, err := q.ExecContext(ctx, text("DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch <= ?", lock, token-limit)); err != nil {
+	if prune {
+		// The derived table is materialised (it has a LIMIT), so MySQL lets
+		// the DELETE read the table it deletes from.
+		if _, err := q.ExecContext(ctx, text("DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch < (SELECT epoch FROM ("+
+			"SELECT epoch FROM `"+s.tbl.term+"` WHERE lock_name = ? ORDER BY epoch DESC LIMIT 1 OFFSET ?) k)", lock, lock, s.cfg.HistoryLimit-1)); err != nil {
 			return fmt.Errorf("election: pruning the history: %w", schemaError(s.tbl, err))
 		}
 	}

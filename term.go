@@ -90,7 +90,11 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 }
 
 // Token returns the term's fencing token: the election's epoch for this
-// term, higher than that of every earlier term.
+// term, higher than that of every earlier term. It is also at least the
+// database server's clock when the term started, in microseconds since the
+// Unix epoch, so that a replica promoted after its primary died does not
+// hand out the lost terms' tokens again (docs/protocol.md, "Tokens"). It
+// fits in an int64 and, until the year 2255, exactly in a float64.
 func (t *Term) Token() uint64 { return t.token }
 
 // Context returns a context that is cancelled when the term ends or may have

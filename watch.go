@@ -3,6 +3,8 @@ package election
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -116,8 +118,9 @@ func (w *watcher) poll(ctx context.Context) error {
 			return err
 		}
 	}
-	for token := range w.sent {
-		if token+revisable <= w.last {
+	if len(w.sent) > revisable { // keep the newest
+		tokens := slices.Sorted(maps.Keys(w.sent))
+		for _, token := range tokens[:len(tokens)-revisable] {
 			delete(w.sent, token)
 		}
 	}

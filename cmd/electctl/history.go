@@ -75,6 +75,7 @@ func (c *cli) history(ctx context.Context, name string) int {
 			Leader   string `json:"leader"`
 			Host     string `json:"host"`
 			PID      int    `json:"pid"`
+			Server   string `json:"server"`
 			Started  string `json:"started"`
 			Ended    string `json:"ended"`
 			Reason   string `json:"reason"`
@@ -82,20 +83,40 @@ func (c *cli) history(ctx context.Context, name string) int {
 		}
 		views := []termView{}
 		for _, t := range hist {
-			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, stamp(t.Started), stamp(t.Ended), t.Reason, duration(t)})
+			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, t.Server, stamp(t.Started), stamp(t.Ended), t.Reason, duration(t)})
 		}
 		return c.printJSON(views)
 	}
 	var rows [][]string
-	for _, t := range hist {
+	for i, t := range hist {
 		reason := shown(t.Reason)
 		if t.Reason == "" {
 			reason = "(leading)"
 		}
-		rows = append(rows, []string{fmt.Sprint(t.Token), shown(t.Identity), shown(t.Host), fmt.Sprint(t.PID), stamp(t.Started), stamp(t.Ended), duration(t), reason})
+		rows = append(rows, []string{fmt.Sprint(t.Token), shown(t.Identity), shown(t.Host), fmt.Sprint(t.PID), servedBy(t, hist[i+1:]),
+			stamp(t.Started), stamp(t.Ended), duration(t), reason})
 	}
-	c.table("TOKEN\tLEADER\tHOST\tPID\tSTARTED\tENDED\tLASTED\tREASON", rows)
+	c.table("TOKEN\tLEADER\tHOST\tPID\tSERVER\tSTARTED\tENDED\tLASTED\tREASON", rows)
 	return exitOK
+}
+
+// servedBy prints the database server that granted term t, marked
+// "changed" when the last earlier term that names one (older holds them,
+// newest first) had another: a failover of the database itself, or on
+// Galera a leader on another node.
+func servedBy(t election.TermRecord, older []election.TermRecord) string {
+	if t.Server == "" {
+		return "-"
+	}
+	for _, o := range older {
+		if o.Server != "" {
+			if o.Server != t.Server {
+				return shown(t.Server) + " (changed)"
+			}
+			break
+		}
+	}
+	return shown(t.Server)
 }
 
 // duration prints how long a term lasted, or - while it goes on.

@@ -41,6 +41,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/sqlelect/election"
 )
 
@@ -107,6 +108,7 @@ type cli struct {
 	limit       int
 	interval    time.Duration
 	db          *sql.DB
+	src         source // the server it reads from
 }
 
 // run parses args, opens the database, runs the command and returns the exit code.
@@ -123,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	defer c.db.Close()
+	defer func() { c.db.Close() }() // source may reopen it
 	// --timeout bounds reaching the database for every command, and
 	// everything else for every command but watch, which runs until
 	// interrupted.
@@ -136,7 +138,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(c.errOut, "electctl: cannot reach %s: %v\n", redact(cfg), err)
 		return exitError
 	}
+	if code, ok := c.source(pingCtx, cfg); !ok {
+		return code
+	}
 	return c.dispatch(ctx, cmd, pos)
+}
+
+// source learns what server c.db reaches and warns when what it shows may
+// be behind the election. On Galera it reads causally from then on
+// (wsrep_sync_wait=1): a node back from a pause serves old rows for
+// seconds before it learns that it left the cluster, and would show an old
+// leader as current.
+func (c *cli) source(ctx context.Context, cfg *mysql.Config) (int, bool) {
+	src, err := readSource(ctx, c.db)
+	if err != nil {
+		return c.fail(fmt.Errorf("reading what server %s is: %w", redact(cfg), err)), false
+	}
+	c.src = src
+	if src.Behind != "" {
+		fmt.Fprintf(c.errOut, "electctl: warning: %s (%s): %s\n", src.Name, src.Role, src.Behind)
+	}
+	if src.galera {
+		cfg = cfg.Clone()
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["wsrep_sync_wait"] = "1"
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return c.fail(err), false
+		}
+		c.db.Close()
+		c.db = sql.OpenDB(conn)
+	}
+	return exitOK, true
 }
 
 // dispatch runs the command cmd, which needs the database, with its

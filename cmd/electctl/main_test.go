@@ -85,6 +85,19 @@ func (c *cluster) waitLeader(name string) string {
 	return ""
 }
 
+// token is the token of the term recorded for election name.
+func (c *cluster) token(name string) uint64 {
+	c.t.Helper()
+	recs, err := election.Elections(context.Background(), c.db, "")
+	for _, r := range recs {
+		if r.Name == name {
+			return r.Token
+		}
+	}
+	c.t.Fatalf("no record of %s: %v", name, err)
+	return 0
+}
+
 // ctl runs electctl with the cluster's DSN and returns its exit code and
 // output.
 func (c *cluster) ctl(args ...string) (int, string, string) {
@@ -107,7 +120,7 @@ func TestStatusHistoryCandidates(t *testing.T) {
 	}
 	code, out, _ = c.ctl("status", "billing", "--json")
 	var rec recordView
-	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil || rec.Leader != leader || !rec.Leading || rec.Token != 1 ||
+	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil || rec.Leader != leader || !rec.Leading || rec.Token != c.token("billing") ||
 		rec.LockConnID != rec.ConnID || rec.Strategy != "get_lock" {
 		t.Fatalf("status --json: %d %v\n%s", code, err, out)
 	}
@@ -168,8 +181,9 @@ func TestDemoteHandoverCheck(t *testing.T) {
 	if code, out, _ := c.ctl("check", "cron", "b"); code != exitNotLeader || !strings.Contains(out, "a leads, not b") {
 		t.Fatalf("check of a follower: %d %s", code, out)
 	}
+	first := c.token("cron")
 	code, out, _ := c.ctl("demote", "cron")
-	if code != exitOK || !strings.Contains(out, "a (token 1) stepped down") {
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("a (token %d) stepped down", first)) {
 		t.Fatalf("demote: %d %s", code, out)
 	}
 	code, out, errOut := c.ctl("handover", "cron", "nobody")
@@ -216,6 +230,7 @@ func TestWatch(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	c.add("jobs", "a")
 	c.waitLeader("jobs")
+	token := c.token("jobs")
 	c.cancel["a"]()
 	time.Sleep(500 * time.Millisecond)
 	cancel()
@@ -223,7 +238,8 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("watch exited %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "no leader") || !strings.Contains(lines[1], "term 1 started: a leads") || !strings.Contains(lines[2], "term 1 of a ended (resigned)") {
+	if len(lines) != 3 || !strings.Contains(lines[0], "no leader") || !strings.Contains(lines[1], fmt.Sprintf("term %d started: a leads", token)) ||
+		!strings.Contains(lines[2], fmt.Sprintf("term %d of a ended (resigned)", token)) {
 		t.Fatalf("watch printed:\n%s", out.String())
 	}
 }
@@ -237,6 +253,7 @@ func TestWatchMarksARevisedEnd(t *testing.T) {
 	if c.waitLeader("jobs") != "a" {
 		t.Fatal("a does not lead")
 	}
+	first := c.token("jobs")
 	c.add("jobs", "b")
 	time.Sleep(300 * time.Millisecond) // b queues
 	ctx, cancel := context.WithCancel(context.Background())
@@ -254,7 +271,7 @@ func TestWatchMarksARevisedEnd(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	// What a leader's late account writes (see the README, History).
-	if _, err := c.db.Exec("UPDATE election_term SET reason = 'lease-expired', ended_at = ended_at - INTERVAL 1 SECOND WHERE epoch = 1"); err != nil {
+	if _, err := c.db.Exec("UPDATE election_term SET reason = 'lease-expired', ended_at = ended_at - INTERVAL 1 SECOND WHERE holder = 'a'"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -263,8 +280,8 @@ func TestWatchMarksARevisedEnd(t *testing.T) {
 		t.Fatalf("watch exited %d", code)
 	}
 	got := out.String()
-	if !strings.Contains(got, "term 1 of a ended (resigned): no leader") ||
-		!strings.Contains(got, "term 1 of a ended (lease-expired), revised: b leads (term 2)") {
+	if !strings.Contains(got, fmt.Sprintf("term %d of a ended (resigned): no leader", first)) ||
+		!strings.Contains(got, fmt.Sprintf("term %d of a ended (lease-expired), revised: b leads (term %d)", first, c.token("jobs"))) {
 		t.Fatalf("watch printed:\n%s", got)
 	}
 }

@@ -26,14 +26,17 @@ type recordView struct {
 	LockConnID   uint64  `json:"lock_conn_id"`
 	Demoting     bool    `json:"demotion_pending"`
 	HandoverTo   string  `json:"handover_to,omitempty"`
+	Server       string  `json:"server"`           // the server read from
+	Behind       string  `json:"behind,omitempty"` // why it may show an old leader
 }
 
-// view gives the JSON form of an election's record.
-func view(r election.Record) recordView {
+// view gives the JSON form of an election's record, read from src.
+func view(r election.Record, src source) recordView {
 	return recordView{
 		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
 		Token: r.Token, Since: stamp(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
 		ConnID: r.ConnID, LockConnID: r.LockConnID, Demoting: r.DemotedAgo > 0, HandoverTo: r.HandoverTo,
+		Server: src.Name, Behind: src.Behind,
 	}
 }
 
@@ -59,7 +62,7 @@ func (c *cli) statusAll(ctx context.Context) int {
 	if c.json {
 		views := []recordView{}
 		for _, r := range recs {
-			views = append(views, view(r))
+			views = append(views, view(r, c.src))
 		}
 		return c.printJSON(views)
 	}
@@ -97,7 +100,7 @@ func (c *cli) status(ctx context.Context, name string) int {
 		code = exitNoLeader
 	}
 	if c.json {
-		c.printJSON(view(r))
+		c.printJSON(view(r, c.src))
 		return code
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
@@ -114,6 +117,10 @@ func (c *cli) status(ctx context.Context, name string) int {
 	} else {
 		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\tnone\nlast term:\t%d, %s (host %s), %s\nended:\t%s\nlock:\t%s\n",
 			shown(r.Name), shown(r.Strategy), r.Token, shown(r.Identity), shown(r.Host), shown(r.State), stamp(r.Ended), lockState(r))
+	}
+	fmt.Fprintf(w, "server:\t%s (%s)\n", shown(c.src.Name), c.src.Role)
+	if c.src.Behind != "" {
+		fmt.Fprintf(w, "behind:\t%s\n", c.src.Behind)
 	}
 	w.Flush()
 	return code

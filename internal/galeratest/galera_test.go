@@ -1,14 +1,11 @@
 package galeratest_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/galeratest"
+	"github.com/sqlelect/election/internal/proctest"
 )
 
 // cluster is the one cluster of this test binary, started by TestMain.
@@ -326,45 +324,11 @@ func TestOneLeaderAcrossNodes(t *testing.T) {
 	}
 }
 
-// buildElectctl builds cmd/electctl into the test's temporary directory.
-func buildElectctl(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "electctl")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/sqlelect/election/cmd/electctl")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building electctl: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// electctl runs the electctl binary bin on dsn and returns its exit code,
-// stdout and stderr.
-func electctl(t *testing.T, bin, dsn string, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "ELECTION_DSN="+dsn)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
-		t.Fatal(err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("electctl %q did not finish within 30s:\n%s%s", args, &out, &errOut)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
-}
-
 // electctl reads and steers an election from any node: here node 3, while
 // the leader campaigns through node 2 and a follower through node 1.
 func TestElectctlAgainstAnyNode(t *testing.T) {
 	c, name := setup(t)
-	bin := buildElectctl(t)
+	bin := proctest.BuildElectctl(t)
 	dsn := c.DSN(3, name)
 	type start struct {
 		id    string
@@ -393,7 +357,7 @@ func TestElectctlAgainstAnyNode(t *testing.T) {
 		Token   uint64 `json:"token"`
 	}
 	readStatus := func() (int, status) {
-		code, out, errOut := electctl(t, bin, dsn, "--json", "status", "ctl")
+		code, out, errOut := proctest.Electctl(t, bin, dsn, "--json", "status", "ctl")
 		var s status
 		if code == 0 {
 			if err := json.Unmarshal([]byte(out), &s); err != nil {
@@ -407,7 +371,7 @@ func TestElectctlAgainstAnyNode(t *testing.T) {
 		code, s := readStatus()
 		return code == 0 && s.Leading && s.Leader == nodeID(2) && s.Token == first.token
 	})
-	if code, out, errOut := electctl(t, bin, dsn, "status", "ctl"); code != 0 || !strings.Contains(out, nodeID(2)) {
+	if code, out, errOut := proctest.Electctl(t, bin, dsn, "status", "ctl"); code != 0 || !strings.Contains(out, nodeID(2)) {
 		t.Errorf("status: exit %d, want 0 naming %s:\n%s%s", code, nodeID(2), out, errOut)
 	}
 	type candidate struct {
@@ -416,7 +380,7 @@ func TestElectctlAgainstAnyNode(t *testing.T) {
 		Leader   bool   `json:"leader"`
 	}
 	waitFor(t, "both candidates to be listed alive on node 3", 30*time.Second, func() bool {
-		code, out, errOut := electctl(t, bin, dsn, "--json", "candidates", "ctl")
+		code, out, errOut := proctest.Electctl(t, bin, dsn, "--json", "candidates", "ctl")
 		if code != 0 {
 			t.Fatalf("candidates: exit %d:\n%s%s", code, out, errOut)
 		}
@@ -426,20 +390,35 @@ func TestElectctlAgainstAnyNode(t *testing.T) {
 		}
 		return slices.Equal(cands, []candidate{{nodeID(1), true, false}, {nodeID(2), true, true}})
 	})
-	if code, out, errOut := electctl(t, bin, dsn, "candidates", "ctl"); code != 0 || !strings.Contains(out, nodeID(1)) || !strings.Contains(out, nodeID(2)) {
+	if code, out, errOut := proctest.Electctl(t, bin, dsn, "candidates", "ctl"); code != 0 || !strings.Contains(out, nodeID(1)) || !strings.Contains(out, nodeID(2)) {
 		t.Errorf("candidates: exit %d, want 0 listing both:\n%s%s", code, out, errOut)
 	}
-	if code, out, errOut := electctl(t, bin, dsn, "check", "ctl", nodeID(2)); code != 0 {
+	if code, out, errOut := proctest.Electctl(t, bin, dsn, "check", "ctl", nodeID(2)); code != 0 {
 		t.Errorf("check ctl %s: exit %d, want 0:\n%s%s", nodeID(2), code, out, errOut)
 	}
-	if code, out, errOut := electctl(t, bin, dsn, "check", "ctl", nodeID(1)); code != 6 {
+	if code, out, errOut := proctest.Electctl(t, bin, dsn, "check", "ctl", nodeID(1)); code != 6 {
 		t.Errorf("check ctl %s: exit %d, want 6 (another leads):\n%s%s", nodeID(1), code, out, errOut)
 	}
-	if code, out, errOut := electctl(t, bin, dsn, "history", "ctl"); code != 0 || !strings.Contains(out, nodeID(2)) {
+	if code, out, errOut := proctest.Electctl(t, bin, dsn, "history", "ctl"); code != 0 || !strings.Contains(out, nodeID(2)) {
 		t.Errorf("history: exit %d, want 0 naming %s:\n%s%s", code, nodeID(2), out, errOut)
 	}
+	// A node that is not Synced may show an old leader as current: electctl says so.
+	root := c.Node(3).Open(t, "")
+	if _, err := root.Exec("SET GLOBAL wsrep_desync = ON"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := proctest.Electctl(t, bin, dsn, "status", "ctl")
+	if _, err := root.Exec("SET GLOBAL wsrep_desync = OFF"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut, "Donor/Desynced") || !strings.Contains(out, "behind:") {
+		t.Errorf("status on a desynced node: exit %d, does not say it may be behind:\n%s%s", code, out, errOut)
+	}
+	if err := c.WaitHealthy(ctxFor(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 
-	if code, out, errOut := electctl(t, bin, dsn, "demote", "ctl"); code != 0 {
+	if code, out, errOut := proctest.Electctl(t, bin, dsn, "demote", "ctl"); code != 0 {
 		t.Fatalf("demote: exit %d, want 0:\n%s%s", code, out, errOut)
 	}
 	var next start
@@ -460,7 +439,7 @@ func TestElectctlAgainstAnyNode(t *testing.T) {
 		Leader string `json:"leader"`
 		Reason string `json:"reason"`
 	}
-	code, out, errOut := electctl(t, bin, dsn, "--json", "history", "ctl")
+	code, out, errOut = proctest.Electctl(t, bin, dsn, "--json", "history", "ctl")
 	var hist []term
 	if err := json.Unmarshal([]byte(out), &hist); code != 0 || err != nil {
 		t.Fatalf("history --json: exit %d, %v:\n%s%s", code, err, out, errOut)
