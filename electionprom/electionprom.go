@@ -1,6 +1,6 @@
 // Package electionprom exports an Elector's events as Prometheus metrics.
-// It is a separate package so that the election package itself does not
-// depend on Prometheus.
+// It is a separate module, so that the election module does not depend on
+// Prometheus.
 //
 // Register the metrics once per process and give every Elector the same
 // Observer:

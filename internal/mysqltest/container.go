@@ -1,16 +1,21 @@
 package mysqltest
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/modules/mariadb"
 )
 
 // dockerAnswers reports whether a Docker engine accepts connections on
@@ -33,35 +38,91 @@ func dockerAnswers() bool {
 	return true
 }
 
-// startContainer returns nil, nil when no Docker engine answers.
+// ContainerImage is the image the harness runs when it falls back to Docker.
+const ContainerImage = "mariadb:10.11"
+
+// startContainer returns nil, nil when no Docker engine answers. Otherwise
+// it starts a container through the helper in ./docker, a module of its own
+// so that testcontainers stays out of the election module's go.mod.
 func startContainer(ctx context.Context) (*Server, error) {
 	if !dockerAnswers() {
 		return nil, nil
 	}
-	return startMariaDBContainer(ctx)
+	return startHelper(ctx, containerHelperDir(), "-image", ContainerImage)
 }
 
-// ContainerImage is the image the harness runs when it falls back to Docker.
-const ContainerImage = "mariadb:10.11"
-
-func startMariaDBContainer(ctx context.Context) (*Server, error) {
-	c, err := mariadb.Run(ctx, ContainerImage,
-		mariadb.WithUsername("root"), mariadb.WithPassword("election"), mariadb.WithDatabase("election"))
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: a Docker engine answers, but starting %s failed: %w", ContainerImage, err)
+// containerHelperDir is ./docker beside this file in the source tree the
+// test binary was built from.
+func containerHelperDir() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return ""
 	}
-	dsn, err := c.ConnectionString(ctx)
+	return filepath.Join(filepath.Dir(file), "docker")
+}
+
+// startHelper runs `go run . args...` in dir: a program that prints a
+// server's DSN on its first line of output and keeps the server until its
+// standard input closes. Closing the Server closes that input.
+func startHelper(ctx context.Context, dir string, args ...string) (*Server, error) {
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return nil, fmt.Errorf("mysqltest: a Docker engine answers, but the container helper's module is not in this source tree (%v); "+
+			"set %s, or install MariaDB so that mariadbd is found", err, EnvDSN)
+	}
+	cmd := exec.Command("go", append([]string{"run", "."}, args...)...) // go test puts its go first on PATH
+	cmd.Dir = dir
+	cmd.Stderr = os.Stderr // the helper's progress and errors, shown with the test's output
+	// Its own process group, so that a stuck helper can be killed along with
+	// the program go run started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		testcontainers.TerminateContainer(c)
-		return nil, fmt.Errorf("mysqltest: %s: %w", ContainerImage, err)
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("mysqltest: running the container helper: %w", err)
+	}
+	drained := make(chan struct{})
+	stop := func() {
+		stdin.Close() // the helper removes the container, then exits
+		select {
+		case <-drained:
+		case <-time.After(time.Minute):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-drained
+		}
+		cmd.Wait()
+	}
+	line := make(chan string, 1)
+	go func() {
+		defer close(drained)
+		r := bufio.NewReader(stdout)
+		first, _ := r.ReadString('\n')
+		line <- strings.TrimSpace(first)
+		io.Copy(io.Discard, r)
+	}()
+	var dsn string
+	select {
+	case dsn = <-line:
+	case <-ctx.Done():
+		stop()
+		return nil, fmt.Errorf("mysqltest: waiting for the container helper: %w", ctx.Err())
+	}
+	if dsn == "" {
+		stop()
+		return nil, errors.New("mysqltest: a Docker engine answers, but the container helper (" + dir + ") failed; its error is above")
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		testcontainers.TerminateContainer(c)
-		return nil, err
+		stop()
+		return nil, fmt.Errorf("mysqltest: the container helper's DSN: %w", err)
 	}
 	cfg.DBName = ""
-	s := &Server{dsn: cfg, stop: func() { testcontainers.TerminateContainer(c) }}
+	s := &Server{dsn: cfg, stop: stop}
 	if err := s.wait(ctx, time.Minute); err != nil {
 		s.Close()
 		return nil, err

@@ -1,7 +1,8 @@
 // Package mysqltest gives tests, examples and benchmarks a real MySQL or
 // MariaDB server: the one named by $ELECTION_TEST_DSN, else a private
 // throwaway mariadbd/mysqld found on PATH, else a container when a Docker
-// engine answers. It never mocks the server.
+// engine answers (started by the helper module in ./docker, through
+// testcontainers, with `go run`). It never mocks the server.
 package mysqltest
 
 import (

@@ -1,0 +1,29 @@
+module github.com/sqlelect/election/electionprom
+
+go 1.25.0
+
+require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/prometheus/client_golang v1.24.1
+	github.com/sqlelect/election v0.0.0-00010101000000-000000000000
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.71.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+// Development only: the election package of this checkout. A replace in a
+// dependency's go.mod is ignored, so users get the version required above:
+// tag the election module first, require that version here, then tag
+// electionprom/vX.Y.Z (README, "Layout").
+replace github.com/sqlelect/election => ../
