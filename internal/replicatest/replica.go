@@ -42,13 +42,16 @@ type Pair struct {
 	dir              string
 }
 
+// ErrNoServer: there is no server binary to start the pair from.
+var ErrNoServer = errors.New("replicatest: no mariadbd or mysqld to start a primary and a replica from: install mariadb-server (scripts/mariadb.sh does)")
+
 // Start starts a primary and a replica that replicates all of it, and
 // returns once the replica runs both its threads. The packages must be
-// installed (scripts/mariadb.sh does it).
+// installed (ErrNoServer).
 func Start(ctx context.Context, mode Mode) (*Pair, error) {
 	bin := mysqltest.PrivateBinary()
 	if bin == "" {
-		return nil, errors.New("replicatest: no mariadbd: install mariadb-server")
+		return nil, ErrNoServer
 	}
 	dir, err := os.MkdirTemp("", "election-replica-")
 	if err != nil {
