@@ -144,9 +144,10 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 	return 0, nil
 }
 
-// claim writes the new term's record (requests cleared), only if the record is still as read: same epoch, the last term does not
-// act (a lease renewed since the read, a GetLock holder alive) and no
-// hand-over became pending; otherwise it returns errRaced. In the same
+// claim writes the new term's record (requests cleared), only if the
+// record is still as read: same epoch, the last term does not act (a lease
+// renewed since the read, a GetLock holder alive) and no hand-over became
+// pending; otherwise it returns errRaced. In the same
 // statement it bumps the epoch row (see bumpEpoch) and returns the token.
 // Without an epoch row (the first term, or a record written before the
 // epoch row was), it claims, then bumps in a statement of its own.
@@ -158,7 +159,8 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 // lost the primary's last terms, whose tokens it would hand out again; but
 // those were below the primary's clock when they were issued, so a
 // failover that takes longer than the two servers' clocks differ leaves
-// them all below the replica's clock (docs/protocol.md, "Tokens").
+// them all below the replica's clock (docs/protocol.md, "Replicas and a
+// failover of the database").
 func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor) (uint64, error) {
 	host, _ := os.Hostname()
 	claimed := max(p.epoch+1, p.nowUS)

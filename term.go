@@ -93,8 +93,9 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 // term, higher than that of every earlier term. It is also at least the
 // database server's clock when the term started, in microseconds since the
 // Unix epoch, so that a replica promoted after its primary died does not
-// hand out the lost terms' tokens again (docs/protocol.md, "Tokens"). It
-// fits in an int64 and, until the year 2255, exactly in a float64.
+// hand out the lost terms' tokens again (docs/protocol.md, "Replicas and a
+// failover of the database"). It fits in an int64 and, until the year
+// 2255, exactly in a float64.
 func (t *Term) Token() uint64 { return t.token }
 
 // Context returns a context that is cancelled when the term ends or may have
