@@ -5,7 +5,8 @@
 # whose packages it installs if needed. Before that, the checks that need no
 # server: gofmt, the election module's leanness (scripts/lean.sh), every
 # module tidy, and go vet, with the installed Go and with the oldest Go
-# supported (go.mod's go line; fetched through the module proxy).
+# supported (go.mod's go line; fetched through the module proxy), and the
+# protocol's SPIN model (scripts/spin.sh, which installs spin if needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/mariadb.sh
@@ -28,6 +29,7 @@ echo "build and vet with $oldest:"
 GOTOOLCHAIN=$oldest go version
 GOTOOLCHAIN=$oldest go build "$pkgs"
 GOTOOLCHAIN=$oldest go vet "$pkgs"
+bash scripts/spin.sh
 ensure_mariadb
 ensure_galera
 go test -race -count=1 -timeout 20m "$@" "$pkgs"
