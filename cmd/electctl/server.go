@@ -51,12 +51,13 @@ func readSource(ctx context.Context, db *sql.DB) (source, error) {
 	s.Role = "primary"
 	lag, err := replication(ctx, db)
 	switch {
-	case err != nil && readOnly && denied(err):
+	case err != nil && readOnly:
+		// Denied, or a server without either statement (MySQL 5.7 has
+		// neither SHOW ALL SLAVES STATUS nor SHOW REPLICA STATUS).
 		s.Role = "replica"
 		s.Behind = "this server is read-only, a replica: what it shows may lag its primary (grant REPLICATION CLIENT, or SLAVE MONITOR on MariaDB, to see by how much), " +
 			"and a get_lock election's lock is held on the primary, where this server cannot see it; ask the primary"
-	case err != nil && !denied(err):
-		return s, err
+	case err != nil: // a writable server whose replication status cannot be read: taken as the primary
 	case lag != "":
 		s.Role = "replica"
 		s.Behind = "this server is a replica " + lag + ": what it shows may be old, " +
