@@ -21,7 +21,14 @@ import (
 // parse finds the command, its flags and its positional arguments; when ok is
 // false it has printed usage, help or what is wrong, and run exits with code.
 func (c *cli) parse(args []string) (cmd string, pos []string, code int, ok bool) {
-	flags, pos := splitArgs(args)
+	flags, pos, after, dashed := splitCommand(args)
+	if len(pos) > 0 && pos[0] == "run" {
+		// run's -- ends electctl's arguments: what follows is the command
+		// to run, its flags included.
+		c.run.argv, c.run.dashed = after, dashed
+	} else {
+		pos = append(pos, after...)
+	}
 	if len(pos) == 0 {
 		if wantsHelp(flags) {
 			fmt.Fprint(c.out, usage)
@@ -92,11 +99,18 @@ func echo(args ...string) string {
 // taken for the command, nor for NAME or ID. After -- every argument is
 // positional, so that a name may start with a dash.
 func splitArgs(args []string) (flags, pos []string) {
+	flags, pos, after, _ := splitCommand(args)
+	return flags, append(pos, after...)
+}
+
+// splitCommand is splitArgs that gives what follows -- apart, and whether
+// there was a --: run's command.
+func splitCommand(args []string) (flags, pos, after []string, dashed bool) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
 		case a == "--":
-			return flags, append(pos, args[i+1:]...)
+			return flags, pos, args[i+1:], true
 		case len(a) > 1 && a[0] == '-':
 			flags = append(flags, a)
 			if takesValue(a) && i+1 < len(args) {
@@ -107,7 +121,7 @@ func splitArgs(args []string) (flags, pos []string) {
 			pos = append(pos, a)
 		}
 	}
-	return flags, pos
+	return flags, pos, nil, false
 }
 
 // takesValue reports whether the flag arg (-name or --name, without =value)
@@ -169,16 +183,25 @@ func (c *cli) flagSet(cmd string, w io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.dsn, "dsn", "", "the database, as user:pass@tcp(host:3306)/dbname (default $"+envDSN+")")
 	fs.StringVar(&c.prefix, "prefix", election.DefaultTablePrefix, "the tables' prefix")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
-	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long (watch: on reaching the database only)")
+	if cmd == "run" {
+		fs.DurationVar(&c.timeout, "timeout", 0, "give up if this process does not lead within this long, exiting with --conflict-exit-code (0: wait as long as it takes)")
+	} else {
+		fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "give up after this long (watch: on reaching the database only)")
+	}
 	switch cmd {
 	case "history":
 		fs.IntVar(&c.limit, "limit", 20, "how many terms, at least 1")
 	case "watch":
 		fs.DurationVar(&c.interval, "interval", 250*time.Millisecond, "how often to read the election, "+intervalRange())
+	case "run":
+		c.runFlags(fs)
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(w, "usage: electctl %s [flags] %s\n\nflags:\n", cmd, strings.ReplaceAll(strings.Join(commands[cmd], " "), "?", " (optional)"))
 		fs.PrintDefaults()
+		if cmd == "run" {
+			fmt.Fprint(w, runHelp)
+		}
 	}
 	return fs
 }
@@ -198,7 +221,9 @@ func (c *cli) validate(cmd string, fs *flag.FlagSet, pos []string) string {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	want := commands[cmd]
 	switch {
-	case len(pos) < required(want) || len(pos) > len(want):
+	case cmd == "run" && (len(pos) != 1 || !c.run.dashed || len(c.run.argv) == 0):
+		return "run takes NAME, then -- and the command to run: electctl run [flags] NAME -- CMD [ARG...]; see electctl help run"
+	case cmd != "run" && (len(pos) < required(want) || len(pos) > len(want)):
 		return fmt.Sprintf("%s takes %s; got %d; see electctl help %s", cmd, argNames(want), len(pos), cmd)
 	case given["dsn"] && c.dsn == "":
 		// An empty --dsn "$VAR" is a mistake, not a wish for $ELECTION_DSN.
@@ -207,12 +232,18 @@ func (c *cli) validate(cmd string, fs *flag.FlagSet, pos []string) string {
 		// The library would take it for the default: refuse, as it is more
 		// likely an unset variable than a wish for the default tables.
 		return fmt.Sprintf("--prefix is empty; leave it out for the default %q", election.DefaultTablePrefix)
-	case c.timeout <= 0:
+	case cmd == "run" && c.timeout < 0:
+		return fmt.Sprintf("--timeout %v is negative; give how long to wait to lead, as 30s or 2m, or 0 to wait as long as it takes", c.timeout)
+	case cmd != "run" && c.timeout <= 0:
 		return fmt.Sprintf("--timeout %v is not positive; give how long to wait, as 30s or 2m", c.timeout)
 	case cmd == "history" && c.limit < 1:
 		return fmt.Sprintf("--limit %d: give how many terms to print, at least 1", c.limit)
 	case cmd == "watch" && (c.interval < minInterval || c.interval > maxInterval):
 		return fmt.Sprintf("--interval %v is out of range: use %s", c.interval, intervalRange())
+	case cmd == "run":
+		if msg := c.validateRun(given); msg != "" {
+			return msg
+		}
 	}
 	// SchemaDDL checks the prefix as every command will, but here a bad one
 	// is a usage error even when the database cannot be reached.

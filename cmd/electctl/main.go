@@ -12,6 +12,7 @@
 //	electctl [flags] handover NAME ID       hand leadership to the live candidate ID
 //	electctl [flags] check NAME ID          exit 0 if ID leads: a leader check for load balancers
 //	electctl [flags] schema                 print the tables' DDL
+//	electctl [flags] run NAME -- CMD [ARG...]  run CMD only while this process leads NAME
 //	electctl help [COMMAND]                 print the usage, or a command's flags
 //
 // Flags (before or after the command): --dsn (default $ELECTION_DSN),
@@ -20,7 +21,8 @@
 // after -- every argument is positional. Exit codes: 0 done, 1 error,
 // 2 usage, 3 no leader, 4 election or tables not found, 5 refused (a
 // hand-over target that is not campaigning, a kill, a grant or the login
-// the server refused), 6 another candidate leads.
+// the server refused), 6 another candidate leads. run exits with its
+// command's code instead (see run.go and electctl help run).
 //
 // Text read from the database is printed as it is only when every
 // character is printable and visible; otherwise it is quoted with Go
@@ -57,6 +59,11 @@ const (
 )
 
 func main() {
+	// run's watchdog and the gate its command starts through are electctl
+	// itself, started again with a command of their own.
+	if code, ok := internalCommand(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -74,10 +81,14 @@ commands:
   handover NAME ID       hand leadership to the live candidate ID
   check NAME ID          exit 0 if ID leads, 6 if another does, 3 if none
   schema                 print the tables' DDL
+  run NAME -- CMD [ARG...]
+                         run CMD only while this process leads NAME: campaign,
+                         start CMD, stop it when the term ends; exit with its code
   help [COMMAND]         print this, or COMMAND's flags
 
 flags may come before or after the command; put -- before a NAME or ID that starts with -
 exit codes: 0 done, 1 error, 2 usage, 3 no leader, 4 not found, 5 refused, 6 another leads
+(run: CMD's code; see electctl help run)
 run "electctl help COMMAND" for a command's flags
 `
 
@@ -96,6 +107,7 @@ const (
 var commands = map[string][]string{
 	"status": {"NAME?"}, "watch": {"NAME"}, "history": {"NAME"}, "candidates": {"NAME"},
 	"demote": {"NAME"}, "handover": {"NAME", "ID"}, "check": {"NAME", "ID"}, "schema": nil,
+	"run": {"NAME", "--", "CMD", "[ARG...]"},
 }
 
 // cli is one run of electctl: its output, its flags and its database.
@@ -107,6 +119,7 @@ type cli struct {
 	timeout     time.Duration
 	limit       int
 	interval    time.Duration
+	run         runOptions // run's flags and command
 	db          *sql.DB
 	src         source // the server it reads from
 }
@@ -126,6 +139,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer func() { c.db.Close() }() // source may reopen it
+	if cmd == "run" {
+		// run reaches the database itself: its --timeout is the wait to
+		// lead, and a signal must end that wait.
+		return c.runCommand(pos[0], cfg)
+	}
 	// --timeout bounds reaching the database for every command, and
 	// everything else for every command but watch, which runs until
 	// interrupted.

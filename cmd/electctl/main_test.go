@@ -20,7 +20,20 @@ import (
 
 var server *mysqltest.Server
 
+// asChild, set in the environment to a directory, makes the test binary run
+// as the command of electctl run (runChild, set by run_test.go where run is
+// built), recording what it does in that directory.
+const asChild = "ELECTCTL_TEST_CHILD"
+
+var runChild func(dir string, args []string) (code int, ok bool)
+
 func TestMain(m *testing.M) {
+	// Before asMain, which run's command inherits: see runChild.
+	if dir := os.Getenv(asChild); dir != "" && runChild != nil {
+		if code, ok := runChild(dir, os.Args[1:]); ok {
+			os.Exit(code)
+		}
+	}
 	if os.Getenv(asMain) != "" {
 		main() // electctl, as the tests run it: see electctl
 	}
