@@ -19,6 +19,11 @@
 //	election_failures_total{kind}         failed keepalives ("keepalive"), campaigns under
 //	                                      Run ("campaign") and kills of stuck leaders ("kill")
 //	election_kills_total{reason}          sessions of stuck leaders killed (hang-killed, demote-killed)
+//
+// and, labelled name rather than election, the metric client-go's leader
+// election exports, which existing dashboards read:
+//
+//	leader_election_master_status{name}   1 while this process leads the election, else 0
 package electionprom
 
 import (
@@ -34,12 +39,13 @@ import (
 // Metrics holds the collectors that an Observer updates. One Metrics serves
 // any number of Electors and elections in a process.
 type Metrics struct {
-	isLeader    *prometheus.GaugeVec
-	token       *prometheus.GaugeVec
-	transitions *prometheus.CounterVec
-	keepalive   *prometheus.HistogramVec
-	failures    *prometheus.CounterVec
-	kills       *prometheus.CounterVec
+	isLeader     *prometheus.GaugeVec
+	masterStatus *prometheus.GaugeVec
+	token        *prometheus.GaugeVec
+	transitions  *prometheus.CounterVec
+	keepalive    *prometheus.HistogramVec
+	failures     *prometheus.CounterVec
+	kills        *prometheus.CounterVec
 
 	// terms counts the terms held here per election. Two Electors of one
 	// election in a process overlap briefly at a hand-over (the new term
@@ -60,6 +66,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "is_leader",
 			Help: "1 while this process leads the election, else 0.",
 		}, []string{"election"}),
+		masterStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leader_election_master_status",
+			Help: "1 while this process leads the election (label name), else 0; client-go's metric.",
+		}, []string{"name"}),
 		token: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "term_token",
 			Help: "Fencing token of the current or last term this process led.",
@@ -85,7 +95,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"election", "reason"}),
 		terms: map[string]int{},
 	}
-	all := collectors{m.isLeader, m.token, m.transitions, m.keepalive, m.failures, m.kills}
+	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failures, m.kills}
 	if err := reg.Register(all); err != nil {
 		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
 	}
@@ -126,7 +136,7 @@ func (m *Metrics) Observer() *election.Observer {
 }
 
 // leading adds delta to the terms held for election name and sets
-// is_leader to match.
+// is_leader and leader_election_master_status to match.
 func (m *Metrics) leading(name string, delta int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -137,6 +147,7 @@ func (m *Metrics) leading(name string, delta int) {
 		v = 1
 	}
 	m.isLeader.WithLabelValues(name).Set(v)
+	m.masterStatus.WithLabelValues(name).Set(v)
 }
 
 // collectors registers several collectors as one, so that New registers

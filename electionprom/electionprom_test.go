@@ -129,6 +129,9 @@ func TestTermMetrics(t *testing.T) {
 			eventually(t, 5*time.Second, "is_leader 1", func() bool {
 				return value(t, reg, "election_is_leader", "election", name) == 1
 			})
+			if v := value(t, reg, "leader_election_master_status", "name", name); v != 1 {
+				t.Errorf("leader_election_master_status = %v while leading, want 1", v)
+			}
 			time.Sleep(400 * time.Millisecond)
 			if err := term.Resign(ctxFor(t, 10*time.Second)); err != nil {
 				t.Fatal(err)
@@ -140,6 +143,7 @@ func TestTermMetrics(t *testing.T) {
 				want   float64
 			}{
 				{"election_is_leader", []string{"election", name}, 0},
+				{"leader_election_master_status", []string{"name", name}, 0},
 				{"election_transitions_total", []string{"election", name, "event", "started"}, 1},
 				{"election_transitions_total", []string{"election", name, "event", "resigned"}, 1},
 				{"election_term_token", []string{"election", name}, float64(term.Token())},
@@ -212,6 +216,7 @@ func TestScrape(t *testing.T) {
 	t.Cleanup(func() { term.Resign(context.Background()) })
 	want := []string{
 		`election_is_leader{election="scraped"} 1`,
+		`leader_election_master_status{name="scraped"} 1`,
 		`election_transitions_total{election="scraped",event="started"} 2`,
 		`election_transitions_total{election="scraped",event="resigned"} 1`,
 		// The text format writes a float64, exact for tokens until 2255.
@@ -233,6 +238,7 @@ func TestScrape(t *testing.T) {
 	body = scrape()
 	for _, w := range []string{
 		`election_is_leader{election="scraped"} 0`,
+		`leader_election_master_status{name="scraped"} 0`,
 		`election_transitions_total{election="scraped",event="resigned"} 2`,
 	} {
 		if !strings.Contains(body, w) {

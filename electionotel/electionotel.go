@@ -1,0 +1,156 @@
+// Package electionotel exports an Elector's events as OpenTelemetry
+// metrics. It is a separate module, so that the election module does not
+// depend on OpenTelemetry. It is the counterpart of electionprom: through
+// OpenTelemetry's Prometheus exporter its metrics get electionprom's names.
+//
+// Create the instruments once per process and give every Elector the same
+// Observer:
+//
+//	m, err := electionotel.New(otel.Meter("github.com/sqlelect/election"))
+//	...
+//	e, err := election.New(db, "billing-cron", election.Config{Observer: m.Observer()})
+//
+// Every instrument but the last has the attribute election, the election's
+// name:
+//
+//	election.is_leader                 gauge, 1 while this process leads the election, else 0
+//	election.term_token                int64 gauge, fencing token of the current or last term led here
+//	election.transitions{event}        counter, terms started ("started") and ended, by reason
+//	                                   (resigned, demoted, handed-over, lease-expired, ...)
+//	election.keepalive (s)             histogram, latency of the leader's keepalives, failed ones included
+//	election.failures{kind}            counter, failed keepalives ("keepalive"), campaigns under
+//	                                   Run ("campaign") and kills of stuck leaders ("kill")
+//	election.kills{reason}             counter, sessions of stuck leaders killed (hang-killed, demote-killed)
+//	leader_election_master_status      gauge, as election.is_leader but with the attribute name
+//	                                   for the election: the metric (and label) client-go's leader
+//	                                   election exports, which existing dashboards read
+package electionotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sqlelect/election"
+)
+
+// Metrics holds the instruments that an Observer updates. One Metrics
+// serves any number of Electors and elections in a process.
+type Metrics struct {
+	isLeader     metric.Int64Gauge
+	masterStatus metric.Int64Gauge
+	token        metric.Int64Gauge
+	transitions  metric.Int64Counter
+	keepalive    metric.Float64Histogram
+	failures     metric.Int64Counter
+	kills        metric.Int64Counter
+
+	// terms counts the terms held here per election. Two Electors of one
+	// election in a process overlap briefly at a hand-over (the new term
+	// may start before the old one's TermEnded runs), so is_leader is set
+	// from this count rather than from the last event.
+	mu    sync.Mutex
+	terms map[string]int
+}
+
+// New creates the instruments with meter (for example
+// otel.Meter("github.com/sqlelect/election"), or a MeterProvider's Meter).
+// It returns an error joining the meter's if any instrument could not be
+// created.
+func New(meter metric.Meter) (*Metrics, error) {
+	m := &Metrics{terms: map[string]int{}}
+	// 0.5ms to about 4s: a loopback round trip up to a keepalive that runs
+	// into a default lease (electionprom's buckets).
+	buckets := make([]float64, 14)
+	for i := range buckets {
+		buckets[i] = 0.0005 * math.Pow(2, float64(i))
+	}
+	var errs [7]error
+	m.isLeader, errs[0] = meter.Int64Gauge("election.is_leader",
+		metric.WithDescription("1 while this process leads the election, else 0."))
+	m.masterStatus, errs[1] = meter.Int64Gauge("leader_election_master_status",
+		metric.WithDescription("1 while this process leads the election (attribute name), else 0; client-go's name."))
+	m.token, errs[2] = meter.Int64Gauge("election.term_token",
+		metric.WithDescription("Fencing token of the current or last term this process led."))
+	m.transitions, errs[3] = meter.Int64Counter("election.transitions",
+		metric.WithDescription(`Terms this process started (event="started") and ended, by why they ended.`))
+	m.keepalive, errs[4] = meter.Float64Histogram("election.keepalive",
+		metric.WithUnit("s"),
+		metric.WithDescription("Latency of the leader's keepalives, failed ones included."),
+		metric.WithExplicitBucketBoundaries(buckets...))
+	m.failures, errs[5] = meter.Int64Counter("election.failures",
+		metric.WithDescription(`Failed keepalives (kind="keepalive"), campaigns under Run (kind="campaign") and kills of stuck leaders (kind="kill").`))
+	m.kills, errs[6] = meter.Int64Counter("election.kills",
+		metric.WithDescription("Sessions of stuck or disobedient leaders this process killed, by reason."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("electionotel: creating instruments: %w", err)
+	}
+	return m, nil
+}
+
+// Observer returns an Observer that updates the metrics; put it in
+// election.Config.Observer. Its functions only update in-memory values and
+// never block on I/O.
+func (m *Metrics) Observer() *election.Observer {
+	ctx := context.Background()
+	return &election.Observer{
+		TermStarted: func(name, _ string, token uint64) {
+			m.leading(name, 1)
+			m.token.Record(ctx, int64(token), attrs(name))
+			m.transitions.Add(ctx, 1, attrs(name, "event", "started"))
+		},
+		TermEnded: func(name, _ string, _ uint64, reason string) {
+			m.leading(name, -1)
+			m.transitions.Add(ctx, 1, attrs(name, "event", reason))
+		},
+		Renewed: func(name string, latency time.Duration, err error) {
+			m.keepalive.Record(ctx, latency.Seconds(), attrs(name))
+			if err != nil {
+				m.failures.Add(ctx, 1, attrs(name, "kind", "keepalive"))
+			}
+		},
+		Killed: func(name, reason string, err error) {
+			if err != nil {
+				m.failures.Add(ctx, 1, attrs(name, "kind", "kill"))
+				return
+			}
+			m.kills.Add(ctx, 1, attrs(name, "reason", reason))
+		},
+		CampaignFailed: func(name string, _ error) {
+			m.failures.Add(ctx, 1, attrs(name, "kind", "campaign"))
+		},
+	}
+}
+
+// leading adds delta to the terms held for election name and sets
+// is_leader and leader_election_master_status to match. The lock also
+// orders the recordings, so the last one recorded is the current count's.
+func (m *Metrics) leading(name string, delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.terms[name] + delta
+	m.terms[name] = n
+	var v int64
+	if n > 0 {
+		v = 1
+	}
+	ctx := context.Background()
+	m.isLeader.Record(ctx, v, attrs(name))
+	m.masterStatus.Record(ctx, v, metric.WithAttributes(attribute.String("name", name)))
+}
+
+// attrs returns the attribute election=name and the key, value pairs kv.
+func attrs(name string, kv ...string) metric.MeasurementOption {
+	set := make([]attribute.KeyValue, 0, 1+len(kv)/2)
+	set = append(set, attribute.String("election", name))
+	for i := 0; i+1 < len(kv); i += 2 {
+		set = append(set, attribute.String(kv[i], kv[i+1]))
+	}
+	return metric.WithAttributes(set...)
+}
