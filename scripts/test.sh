@@ -11,8 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/mariadb.sh
 # Every module of the workspace (go.work). "./..." would stop at the nested
-# modules (electionprom, cmd/electbench, internal/mysqltest/docker), even in
-# workspace mode; the module path pattern takes them all.
+# modules (electionprom, electiongocron, cmd/electbench,
+# internal/mysqltest/docker), even in workspace mode; the module path pattern
+# takes them all.
 pkgs=github.com/sqlelect/election/...
 oldest=go1.25.0
 unformatted=$(gofmt -l $(git ls-files -co --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'))
