@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/mariadb.sh
 # Every module of the workspace (go.work). "./..." would stop at the nested
-# modules (electionprom, electionotel, cmd/electbench,
+# modules (electionprom, electionotel, electiongocron, cmd/electbench,
 # internal/mysqltest/docker), even in workspace mode; the module path pattern
 # takes them all.
 pkgs=github.com/sqlelect/election/...
