@@ -57,7 +57,7 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 			return err
 		}
 	}
-	fmt.Fprintln(os.Stderr)
+	o.steps().done()
 	res.Summaries = summarize(res.Trials)
 	printResults(out, &o, &res)
 	if err := writeChart(*svg, res.Summaries, cs, fl); err != nil {
@@ -99,7 +99,7 @@ func benchContender(ctx context.Context, o *options, srv *mysqltest.Server, spec
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			fmt.Fprintf(os.Stderr, "\r%-14s ×%-5d %-16s %3d/%d", spec.contender, spec.candidates, f, i+1, reps)
+			o.steps().step("%-14s ×%-5d %-16s %3d/%d", spec.contender, spec.candidates, f, i+1, reps)
 			tr, err := a.inject(ctx, f, o.limitFor(spec.contender))
 			if err != nil {
 				return err

@@ -41,11 +41,11 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 	}
 	defer a.close()
 	start := time.Now()
-	trials, counts, err := p.torture(ctx, a, o.limitFor(p.contender))
+	trials, counts, err := p.torture(ctx, a, o.limitFor(p.contender), o.steps())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr)
+	o.steps().done()
 	a.stopAll()
 	v, err := check(ctx, a)
 	if err != nil {
@@ -92,14 +92,14 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 
 // torture injects faults drawn at random from the plan's kinds, at random
 // pauses, until the plan's count or duration is reached or ctx ends.
-func (p *chaosPlan) torture(ctx context.Context, a *arena, limit time.Duration) ([]trial, map[string]int, error) {
+func (p *chaosPlan) torture(ctx context.Context, a *arena, limit time.Duration, steps *progress) ([]trial, map[string]int, error) {
 	rng := rand.New(rand.NewPCG(p.seed, 0))
 	start := time.Now()
 	counts := map[string]int{}
 	var trials []trial
 	for i := 0; i < p.faults && ctx.Err() == nil && (p.duration == 0 || time.Since(start) < p.duration); i++ {
 		f := p.kinds[rng.IntN(len(p.kinds))]
-		fmt.Fprintf(os.Stderr, "\rchaos %s seed %d: fault %d/%d %-16s", p.contender, p.seed, i+1, p.faults, f)
+		steps.step("chaos %s seed %d: fault %d/%d %s", p.contender, p.seed, i+1, p.faults, f)
 		tr, err := a.inject(ctx, f, limit)
 		if err != nil {
 			return nil, nil, err

@@ -105,6 +105,15 @@ type options struct {
 	limit      time.Duration
 	jsonOut    string
 	verbose    bool
+	progress   *progress // made on first use (steps)
+}
+
+// steps returns where the run's progress is printed: stderr.
+func (o *options) steps() *progress {
+	if o.progress == nil {
+		o.progress = newProgress(os.Stderr)
+	}
+	return o.progress
 }
 
 // flags registers the shared options on fs, but for -candidates

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -88,7 +87,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 		}
 		res.Runs = append(res.Runs, run)
 	}
-	fmt.Fprintln(os.Stderr)
+	o.steps().done()
 	// A long run that fails late still reports the contenders it finished.
 	if len(res.Runs) > 0 {
 		printScale(out, &res)
