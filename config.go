@@ -128,6 +128,12 @@ type Observer struct {
 	TermStarted func(election, identity string, token uint64)
 	// TermEnded: the term ended; reason is as in TermRecord.Reason.
 	TermEnded func(election, identity string, token uint64, reason string)
+	// Failover: this candidate began a term that followed another, after
+	// leaderless, on the database clock: the time since the last term's
+	// last sign of life (its recorded end; for a leader that crashed or was
+	// cut off, its last renewal, so an upper bound). Not called for an
+	// election's first term.
+	Failover func(election string, leaderless time.Duration)
 	// Renewed: a keepalive finished after latency; err is nil if it was
 	// confirmed.
 	Renewed func(election string, latency time.Duration, err error)
@@ -145,6 +151,12 @@ type Observer struct {
 func (o *Observer) termStarted(election, identity string, token uint64) {
 	if o.TermStarted != nil {
 		o.TermStarted(election, identity, token)
+	}
+}
+
+func (o *Observer) failover(election string, leaderless time.Duration) {
+	if o.Failover != nil {
+		o.Failover(election, leaderless)
 	}
 }
 

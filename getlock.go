@@ -135,7 +135,7 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 				p     predecessor
 			)
 			if delay, p, err = s.startTerm(ctx); err == nil {
-				return won{h: s, token: s.token, sent: sent, delay: delay, begun: s.begun(p)}, nil
+				return won{h: s, token: s.token, sent: sent, delay: delay, p: p, begun: s.begun(p)}, nil
 			}
 			if errors.Is(err, errYield) {
 				if try {

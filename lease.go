@@ -81,7 +81,7 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 			begun := func(ctx context.Context, started time.Time) error {
 				return opener{l.st}.writeHistory(ctx, l.st.db, h.lock, h.token, p, started)
 			}
-			return won{h: h, token: h.token, sent: sent, delay: delay, begun: begun}, nil
+			return won{h: h, token: h.token, sent: sent, delay: delay, p: p, begun: begun}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
 		case try:

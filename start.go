@@ -28,6 +28,7 @@ type predecessor struct {
 	pid                             int
 	sinceUS                         int64
 	endedUS                         int64 // when it ended, or could act no longer, for the history
+	seenUS                          int64 // its last sign of life: its recorded end, else its last renewal
 	strategy, state                 sql.NullString
 	session, owner, leaseLeftUS     sql.NullInt64
 	stale, forced, overdue, handing sql.NullBool
@@ -87,17 +88,29 @@ func (s opener) predecessor(ctx context.Context, q querier, lock string) (predec
 	var p predecessor
 	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, COALESCE(epoch, 0), COALESCE(holder, ''), COALESCE(host, ''), COALESCE(pid, 0), "+
 		"COALESCE("+utcMicros("since")+", 0), "+
-		"COALESCE("+utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", 0), strategy, state, conn_id, IS_USED_LOCK(r.lock_name), "+
+		"COALESCE("+utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", 0), "+
+		"COALESCE("+utcMicros("COALESCE(ended_at, renewed_at)")+", 0), strategy, state, conn_id, IS_USED_LOCK(r.lock_name), "+
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
 		s.handingOver("r")+" FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock)).
-		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.strategy, &p.state, &p.session, &p.owner,
+		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.seenUS, &p.strategy, &p.state, &p.session, &p.owner,
 			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
 	if err != nil {
 		return p, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
 	}
 	return p, nil
+}
+
+// leaderless is how long the election had no leader when this read was
+// made, at most: since p's last sign of life (its recorded end, else its
+// last renewal: a leader that crashed died after it), on the database
+// clock. ok is false for an election's first term.
+func (p predecessor) leaderless() (d time.Duration, ok bool) {
+	if !p.exists {
+		return 0, false
+	}
+	return time.Duration(max(int64(p.nowUS)-p.seenUS, 0)) * time.Microsecond, true
 }
 
 // handingOver is true, on the record as r, while a hand-over to another

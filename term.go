@@ -33,6 +33,7 @@ type won struct {
 	token uint64
 	sent  time.Time     // when the statement that won was sent: the lease counts from there
 	delay time.Duration // the lock-delay owed to a predecessor that was killed
+	p     predecessor   // the last term, as the start read it
 	// begun is what the term does once it has begun, off the path to the
 	// caller (the keepalive loop runs it first): it writes the history,
 	// with the moment the term started.
@@ -85,6 +86,9 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 	// Before the caller's code can run: a log read in order tells who led first.
 	t.log.Info("term started")
 	st.cfg.Observer.termStarted(st.name, st.cfg.Identity, t.token)
+	if d, ok := w.p.leaderless(); ok {
+		st.cfg.Observer.failover(st.name, d)
+	}
 	go t.keep(parent)
 	return t
 }

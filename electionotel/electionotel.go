@@ -18,6 +18,8 @@
 //	election.transitions{event}        counter, terms started ("started") and ended, by reason
 //	                                   (resigned, demoted, handed-over, lease-expired, ...)
 //	election.keepalive (s)             histogram, latency of the leader's keepalives, failed ones included
+//	election.failover (s)              histogram, how long the election had no leader when this
+//	                                   process began a term, at most (see Observer.Failover)
 //	election.failures{kind}            counter, failed keepalives ("keepalive"), campaigns under
 //	                                   Run ("campaign") and kills of stuck leaders ("kill")
 //	election.kills{reason}             counter, sessions of stuck leaders killed (hang-killed, demote-killed)
@@ -48,6 +50,7 @@ type Metrics struct {
 	token        metric.Int64Gauge
 	transitions  metric.Int64Counter
 	keepalive    metric.Float64Histogram
+	failover     metric.Float64Histogram
 	failures     metric.Int64Counter
 	kills        metric.Int64Counter
 
@@ -71,7 +74,13 @@ func New(meter metric.Meter) (*Metrics, error) {
 	for i := range buckets {
 		buckets[i] = 0.0005 * math.Pow(2, float64(i))
 	}
-	var errs [7]error
+	// 1ms to about 65s: a resignation or a killed process up to a dead
+	// host's lease and margin (electionprom's buckets).
+	gaps := make([]float64, 17)
+	for i := range gaps {
+		gaps[i] = 0.001 * math.Pow(2, float64(i))
+	}
+	var errs [8]error
 	m.isLeader, errs[0] = meter.Int64Gauge("election.is_leader",
 		metric.WithDescription("1 while this process leads the election, else 0."))
 	m.masterStatus, errs[1] = meter.Int64Gauge("leader_election_master_status",
@@ -88,6 +97,10 @@ func New(meter metric.Meter) (*Metrics, error) {
 		metric.WithDescription(`Failed keepalives (kind="keepalive"), campaigns under Run (kind="campaign") and kills of stuck leaders (kind="kill").`))
 	m.kills, errs[6] = meter.Int64Counter("election.kills",
 		metric.WithDescription("Sessions of stuck or disobedient leaders this process killed, by reason."))
+	m.failover, errs[7] = meter.Float64Histogram("election.failover",
+		metric.WithUnit("s"),
+		metric.WithDescription("How long the election had no leader when this process began a term, at most: since the last term's end, or its last renewal if it crashed."),
+		metric.WithExplicitBucketBoundaries(gaps...))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("electionotel: creating instruments: %w", err)
 	}
@@ -108,6 +121,9 @@ func (m *Metrics) Observer() *election.Observer {
 		TermEnded: func(name, _ string, _ uint64, reason string) {
 			m.leading(name, -1)
 			m.transitions.Add(ctx, 1, attrs(name, "event", reason))
+		},
+		Failover: func(name string, leaderless time.Duration) {
+			m.failover.Record(ctx, leaderless.Seconds(), attrs(name))
 		},
 		Renewed: func(name string, latency time.Duration, err error) {
 			m.keepalive.Record(ctx, latency.Seconds(), attrs(name))

@@ -227,6 +227,10 @@ func TestHandOver(t *testing.T) {
 		want{"election.transitions", []string{"election", name, "event", "resigned"}, 1},
 		want{"election.term_token", []string{"election", name}, int64(tb.Token())},
 	)
+	// b's term followed a's: one failover, of at most the time since a's end.
+	if n := value(t, r, "election.failover", "election", name); n != 1 {
+		t.Errorf("%d failovers recorded, want 1 (b's term after a's)", n)
+	}
 	if tb.Token() <= ta.Token() {
 		t.Errorf("b's token %d is not above a's %d", tb.Token(), ta.Token())
 	}

@@ -16,6 +16,8 @@
 //	election_transitions_total{event}     terms started ("started") and ended, by reason
 //	                                      (resigned, demoted, handed-over, lease-expired, ...)
 //	election_keepalive_seconds            latency of the leader's keepalives, failed ones included
+//	election_failover_seconds             how long the election had no leader when this process
+//	                                      began a term, at most (see Observer.Failover)
 //	election_failures_total{kind}         failed keepalives ("keepalive"), campaigns under
 //	                                      Run ("campaign") and kills of stuck leaders ("kill")
 //	election_kills_total{reason}          sessions of stuck leaders killed (hang-killed, demote-killed)
@@ -44,6 +46,7 @@ type Metrics struct {
 	token        *prometheus.GaugeVec
 	transitions  *prometheus.CounterVec
 	keepalive    *prometheus.HistogramVec
+	failover     *prometheus.HistogramVec
 	failures     *prometheus.CounterVec
 	kills        *prometheus.CounterVec
 
@@ -85,6 +88,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			// that runs into a default lease.
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"election"}),
+		failover: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "failover_seconds",
+			Help: "How long the election had no leader when this process began a term, at most: since the last term's end, or its last renewal if it crashed.",
+			// 1ms to about 65s: a resignation or a killed process up to a
+			// dead host's lease and margin.
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 17),
+		}, []string{"election"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "failures_total",
 			Help: `Failed keepalives (kind="keepalive"), campaigns under Run (kind="campaign") and kills of stuck leaders (kind="kill").`,
@@ -95,7 +105,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"election", "reason"}),
 		terms: map[string]int{},
 	}
-	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failures, m.kills}
+	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failover, m.failures, m.kills}
 	if err := reg.Register(all); err != nil {
 		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
 	}
@@ -115,6 +125,9 @@ func (m *Metrics) Observer() *election.Observer {
 		TermEnded: func(name, _ string, _ uint64, reason string) {
 			m.leading(name, -1)
 			m.transitions.WithLabelValues(name, reason).Inc()
+		},
+		Failover: func(name string, leaderless time.Duration) {
+			m.failover.WithLabelValues(name).Observe(leaderless.Seconds())
 		},
 		Renewed: func(name string, latency time.Duration, err error) {
 			m.keepalive.WithLabelValues(name).Observe(latency.Seconds())

@@ -219,6 +219,7 @@ func TestScrape(t *testing.T) {
 		`leader_election_master_status{name="scraped"} 1`,
 		`election_transitions_total{election="scraped",event="started"} 2`,
 		`election_transitions_total{election="scraped",event="resigned"} 1`,
+		`election_failover_seconds_count{election="scraped"} 1`, // b's term after a's
 		// The text format writes a float64, exact for tokens until 2255.
 		`election_term_token{election="scraped"} ` + strconv.FormatFloat(float64(term.Token()), 'g', -1, 64),
 	}
