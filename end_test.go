@@ -27,6 +27,7 @@ func TestOperatorViewsAgree(t *testing.T) {
 		var (
 			mu      sync.Mutex
 			watched = map[uint64]election.Event{} // the last end sent per term
+			seen    = map[uint64]bool{}           // the terms whose start was sent
 		)
 		wctx, stopWatch := context.WithCancel(ctx)
 		events := ops.Watch(wctx)
@@ -34,6 +35,11 @@ func TestOperatorViewsAgree(t *testing.T) {
 		go func() {
 			defer close(watching)
 			for ev := range events {
+				if ev.Leading {
+					mu.Lock()
+					seen[ev.Token] = true
+					mu.Unlock()
+				}
 				if !ev.Leading && ev.Token != 0 {
 					mu.Lock()
 					watched[ev.Token] = ev
@@ -88,6 +94,13 @@ func TestOperatorViewsAgree(t *testing.T) {
 		}
 		ended := map[uint64]fault{}
 		leader := leading(0)
+		// Watch's first report is the newest term only: it must have seen
+		// the first one before that one ends.
+		waitFor(t, "Watch to report the first term", 20*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return seen[leader.Token]
+		})
 		for _, f := range faults {
 			t.Logf("%s of %s, term %d", f.name, leader.Identity, leader.Token)
 			f.do(leader)
