@@ -141,7 +141,7 @@ func (c *Cluster) start(ctx context.Context, bin string) error {
 	}
 	// HAProxy's health check logs in as this user, with no password and no
 	// privileges, and quits; created once, it replicates to the joiners.
-	if err := c.exec(ctx, 1, "CREATE USER '"+checkUser+"'@'127.0.0.1'"); err != nil {
+	if err := c.Node(1).Exec(ctx, "CREATE USER '"+checkUser+"'@'127.0.0.1'"); err != nil {
 		return err
 	}
 	for n := 2; n <= Size; n++ {
@@ -325,21 +325,6 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// exec runs statements on node n, as root.
-func (c *Cluster) exec(ctx context.Context, n int, stmts ...string) error {
-	db, err := sql.Open("mysql", c.DSN(n, ""))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	for _, stmt := range stmts {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("galeratest: node %d: %s: %w", n, stmt, err)
-		}
-	}
-	return nil
 }
 
 // NewDatabase creates a fresh database for one test on a running node and

@@ -37,6 +37,22 @@ func (s *Server) NewDatabase(t testing.TB) (name string) {
 	return name
 }
 
+// Exec runs statements on the server as its root user, in order, and
+// stops at the first that fails.
+func (s *Server) Exec(ctx context.Context, stmts ...string) error {
+	db, err := sql.Open("mysql", s.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, stmt := range stmts {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("mysqltest: %s: %s: %w", s.Addr(), stmt, err)
+		}
+	}
+	return nil
+}
+
 // Open returns a pool on database db (empty: none), closed when the test ends.
 func (s *Server) Open(t testing.TB, db string) *sql.DB {
 	t.Helper()

@@ -99,7 +99,7 @@ func (p *Pair) start(ctx context.Context, bin string, mode Mode) error {
 	if p.Replica, err = server(2, append(replica, "--read-only=ON")...); err != nil {
 		return err
 	}
-	if err := exec(ctx, p.Primary, "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'replpw'",
+	if err := p.Primary.Exec(ctx, "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'replpw'",
 		"GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1'"); err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (p *Pair) start(ctx context.Context, bin string, mode Mode) error {
 	if err != nil {
 		return err
 	}
-	if err := exec(ctx, p.Replica, "SET GLOBAL gtid_slave_pos = ''",
+	if err := p.Replica.Exec(ctx, "SET GLOBAL gtid_slave_pos = ''",
 		"CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = "+port+", MASTER_USER = 'repl', MASTER_PASSWORD = 'replpw', "+
 			"MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
 		"START SLAVE"); err != nil {
@@ -119,7 +119,7 @@ func (p *Pair) start(ctx context.Context, bin string, mode Mode) error {
 // StopReplication stops the replica's I/O thread: from now on it receives
 // nothing of what the primary commits.
 func (p *Pair) StopReplication(ctx context.Context) error {
-	return exec(ctx, p.Replica, "STOP SLAVE IO_THREAD")
+	return p.Replica.Exec(ctx, "STOP SLAVE IO_THREAD")
 }
 
 // Promote makes the replica a primary, as a failover does once the primary
@@ -129,7 +129,7 @@ func (p *Pair) Promote(ctx context.Context) error {
 	if err := p.await(ctx, "the replica applied what it received", func(st status) bool { return st.applied }); err != nil {
 		return err
 	}
-	return exec(ctx, p.Replica, "STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF")
+	return p.Replica.Exec(ctx, "STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF")
 }
 
 // SemiSync reports whether the primary waits for the replica now, and how
@@ -216,19 +216,4 @@ func (p *Pair) await(ctx context.Context, what string, cond func(status) bool) e
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// exec runs statements on s as root.
-func exec(ctx context.Context, s *mysqltest.Server, stmts ...string) error {
-	db, err := sql.Open("mysql", s.DSN(""))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	for _, stmt := range stmts {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("replicatest: %s: %s: %w", s.Addr(), stmt, err)
-		}
-	}
-	return nil
 }
