@@ -189,6 +189,14 @@ func (c Config) waitTimeout() int64 {
 	return int64(math.Ceil((c.Lease + c.Margin).Seconds()))
 }
 
+// tryLimit bounds one try to take the election (a term start, or a lease
+// try), 2W: a statement sent into a network partition gives up, yet one
+// that waits behind a row lock lasts as long as a pinned session's lock
+// waits (innodb_lock_wait_timeout = 2W).
+func (c Config) tryLimit() time.Duration {
+	return 2 * time.Duration(c.waitTimeout()) * time.Second
+}
+
 // heartbeatPeriod is how often a LeaseRow candidate refreshes its row: at
 // most once per lease, so that waiting costs almost nothing. (A GetLock
 // candidate's liveness is its candidate lock; it writes its row once.)

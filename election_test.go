@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -694,6 +695,85 @@ func TestFirstUseIsBounded(t *testing.T) {
 			case <-time.After(time.Minute): // a guard against a hang, not a bound on speed
 				t.Fatalf("first campaign against %s still blocked after a minute", what)
 			}
+		}
+	})
+}
+
+// An elector's first use, cut off by a blackhole right before each of its
+// statements in turn (the statement itself never reaches the server):
+// Campaign(context.Background()) gives up by itself with an error that
+// names the step, and once the network is back Run leads. The steps are
+// the statements of store.prepare, getLock.pin, presence.join and
+// opener.openTerm, in the order a first campaign sends them; the lock
+// waits of GetLock are not among them (see docs/protocol.md, "Campaign",
+// step 1).
+func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
+	type step struct{ name, statement, names string }
+	tables := []step{
+		{"database name", "SELECT DATABASE()", "reaching the server"},
+		{"server variables", "SHOW GLOBAL VARIABLES", "reading the server's variables"},
+	}
+	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
+		tables = append(tables, step{"create " + tbl, "CREATE TABLE IF NOT EXISTS `election_" + tbl + "`", "creating the tables"})
+	}
+	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
+		tables = append(tables, step{"check " + tbl, "SELECT lock_name FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
+	}
+	tables = append(tables, step{"check the term's server column", "SELECT server FROM `election_term` LIMIT 0", "checking the tables"})
+	session := []step{
+		{"session timeouts", "SET SESSION wait_timeout", "setting up the session"},
+		{"session id and candidate lock", "SELECT CONNECTION_ID(), GET_LOCK(", "setting up the session"},
+	}
+	rest := []step{
+		{"other strategies' candidates", "SELECT MIN(identity) FROM `election_candidate`", "reading the candidates"},
+		{"candidate row", "INSERT INTO `election_candidate`", "candidate heartbeat"},
+		{"dead candidates", "DELETE c FROM `election_candidate`", "cleaning up candidates"},
+		{"record read", "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))", "reading the record"},
+		{"claim", "INSERT INTO `election_record`", "writing the record"},
+		{"epoch bump", "INSERT INTO `election_epoch`", "bumping the epoch"},
+	}
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		steps := slices.Concat(tables, rest)
+		if s == election.GetLock {
+			steps = slices.Concat(tables, session, rest)
+		}
+		for _, st := range steps {
+			t.Run(st.name, func(t *testing.T) {
+				db, proxy := viaProxy(t, server.NewDatabase(t))
+				var fired atomic.Bool
+				proxy.BlackholeAt(func(chunk []byte) bool {
+					// A COM_QUERY packet: length (3 bytes), sequence, 0x03, the text.
+					if len(chunk) > 5 && chunk[4] == 3 && strings.HasPrefix(string(chunk[5:]), st.statement) {
+						fired.Store(true)
+						return true
+					}
+					return false
+				})
+				c := fast
+				c.Strategy, c.Identity = s, "a"
+				e := newElectorWith(t, db, "steps", c)
+				done := make(chan error, 1)
+				go func() {
+					_, err := e.Campaign(context.Background())
+					done <- err
+				}()
+				select {
+				case err := <-done:
+					if !fired.Load() {
+						t.Fatalf("the campaign never sent %q (it returned %v): the step list is out of date", st.statement, err)
+					}
+					if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), st.names) {
+						t.Fatalf("first campaign cut off before %s: %v, want it to give up by itself, naming %q", st.name, err, st.names)
+					}
+				case <-time.After(time.Minute): // a guard against a hang, not a bound on speed
+					t.Fatalf("first campaign cut off before %s still blocked after a minute", st.name)
+				}
+				proxy.Restore()
+				ctx := ctxFor(t, time.Minute) // a guard only: Run retries until it leads
+				if err := e.Run(ctx, func(context.Context, *election.Term) error { return nil }); err != nil {
+					t.Fatalf("Run after the network came back: %v", err)
+				}
+			})
 		}
 	})
 }

@@ -293,6 +293,10 @@ func (s *pinned) contend(ctx context.Context) error {
 // startTerm opens the term in one transaction on the pinned session; see
 // openTerm. GET_LOCK is held, so the election is always free to take.
 func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
+	// Bounded as a lease's try is: the lock is won, but a start sent into a
+	// network partition would otherwise wait for the caller's context.
+	ctx, cancel := context.WithTimeout(ctx, s.g.st.cfg.tryLimit())
+	defer cancel()
 	token, delay, p, err := opener{s.g.st}.openTerm(ctx, s.conn, s.lock, s.id)
 	if err != nil {
 		return 0, p, err

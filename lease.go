@@ -51,9 +51,8 @@ func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
 	// in a network partition gives up, so that the candidate soon tries
 	// again, yet one blocked behind the epoch row of a leader stopped inside
 	// a fenced transaction outlasts it (the server ends that one after W).
-	limit := 2 * time.Duration(l.st.cfg.waitTimeout()) * time.Second
 	bounded := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, limit)
+		ctx, cancel := context.WithTimeout(ctx, l.st.cfg.tryLimit())
 		defer cancel()
 		return f(ctx)
 	}

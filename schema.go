@@ -154,7 +154,7 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
 			// the table exists: tables a DBA made are fine without it.
 			if check := checkSchema(ctx, db, t); !isDenied(err) || check != nil && !isOld(check) {
-				return schemaError(t, err)
+				return fmt.Errorf("election: creating the tables: %w", schemaError(t, err))
 			}
 			break
 		}
@@ -163,7 +163,7 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 		return err
 	}
 	if _, err := db.ExecContext(ctx, t.upgrade()); err != nil && !isDuplicateColumn(err) {
-		return schemaError(t, err)
+		return fmt.Errorf("election: adding the term table's server column: %w", schemaError(t, err))
 	}
 	return nil
 }
@@ -173,11 +173,11 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
 	for _, name := range t.all() {
 		if _, err := db.ExecContext(ctx, "SELECT lock_name FROM `"+name+"` LIMIT 0"); err != nil {
-			return schemaError(t, err)
+			return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
 		}
 	}
 	if _, err := db.ExecContext(ctx, "SELECT server FROM `"+t.term+"` LIMIT 0"); err != nil {
-		return schemaError(t, err)
+		return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
 	}
 	return nil
 }

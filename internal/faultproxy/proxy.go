@@ -1,12 +1,12 @@
 // Package faultproxy is an in-process TCP proxy that injects network faults
 // between a client and a server: a blackhole (the connections stay open and
-// every byte is dropped, as on a partitioned link), a reset of every
-// connection, and added latency.
+// every byte is dropped, as on a partitioned link), started at once or at a
+// chosen chunk of the client's, a reset of every connection, and added
+// latency.
 package faultproxy
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -19,6 +19,7 @@ type Proxy struct {
 
 	mu        sync.Mutex
 	blackhole bool
+	at        func(chunk []byte) bool // starts a blackhole at a client's chunk (BlackholeAt)
 	latency   time.Duration
 	conns     map[net.Conn]struct{}
 	wg        sync.WaitGroup
@@ -43,8 +44,17 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // and new connections, without closing anything.
 func (p *Proxy) Blackhole() { p.set(func() { p.blackhole = true }) }
 
-// Restore ends a blackhole and removes added latency.
-func (p *Proxy) Restore() { p.set(func() { p.blackhole, p.latency = false, 0 }) }
+// BlackholeAt starts a blackhole, as Blackhole does, at the first chunk of
+// data a client sends for which at returns true; that chunk is dropped too,
+// so the server never sees it. It fires once, and replaces a trigger that
+// has not fired. A chunk is what one read returned: one write of the
+// client's, unless the network split or merged writes. at runs with the
+// proxy locked, so it must not call the proxy.
+func (p *Proxy) BlackholeAt(at func(chunk []byte) bool) { p.set(func() { p.at = at }) }
+
+// Restore ends a blackhole, removes added latency and a trigger that has
+// not fired.
+func (p *Proxy) Restore() { p.set(func() { p.blackhole, p.latency, p.at = false, 0, nil }) }
 
 // Latency delays every chunk of data by d in each direction.
 func (p *Proxy) Latency(d time.Duration) { p.set(func() { p.latency = d }) }
@@ -75,9 +85,14 @@ func (p *Proxy) set(f func()) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) state() (blackhole bool, latency time.Duration) {
+// state returns the faults that apply to chunk, read from a client if
+// fromClient, after firing the trigger of BlackholeAt on it.
+func (p *Proxy) state(chunk []byte, fromClient bool) (blackhole bool, latency time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if fromClient && p.at != nil && p.at(chunk) {
+		p.blackhole, p.at = true, nil
+	}
 	return p.blackhole, p.latency
 }
 
@@ -109,21 +124,24 @@ func (p *Proxy) accept() {
 		p.track(client)
 		p.track(server)
 		p.wg.Add(2)
-		go p.pump(server, client)
-		go p.pump(client, server)
+		go p.pump(server, client, true)
+		go p.pump(client, server, false)
 	}
 }
 
-// pump copies src to dst, dropping data while blackholed. When src ends it
-// closes dst, unless blackholed: a partitioned peer hears nothing.
-func (p *Proxy) pump(dst, src net.Conn) {
+// pump copies src to dst, dropping data while blackholed; fromClient says
+// src is the client. When src ends it closes dst, unless blackholed: a
+// partitioned peer hears nothing, neither a close nor a reset (a server's
+// wait_timeout may end its side with either). Only the proxy's own closes
+// pass.
+func (p *Proxy) pump(dst, src net.Conn, fromClient bool) {
 	defer p.wg.Done()
 	defer p.untrack(src)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			blackhole, latency := p.state()
+			blackhole, latency := p.state(buf[:n], fromClient)
 			if latency > 0 {
 				time.Sleep(latency)
 			}
@@ -134,7 +152,7 @@ func (p *Proxy) pump(dst, src net.Conn) {
 			}
 		}
 		if err != nil {
-			if blackhole, _ := p.state(); !blackhole || !errors.Is(err, io.EOF) {
+			if blackhole, _ := p.state(nil, false); !blackhole || errors.Is(err, net.ErrClosed) {
 				p.untrack(dst)
 			}
 			return

@@ -1,0 +1,141 @@
+package faultproxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// echo starts a server that sends back what it reads, and returns a client
+// connected to it through a proxy, both closed when the test ends.
+func echo(t *testing.T) (*Proxy, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	p, err := Start(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+// roundTrip sends msg and returns what comes back within a minute (a guard
+// against a hang only).
+func roundTrip(t *testing.T, c net.Conn, msg string) string {
+	t.Helper()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("after sending %q: %v", msg, err)
+	}
+	return string(buf[:n])
+}
+
+// BlackholeAt drops the matching chunk and everything after it until
+// Restore, and fires once: the server never saw the chunk, so the first
+// answer after Restore is to the next one, and the same chunk passes then.
+func TestBlackholeAt(t *testing.T) {
+	p, c := echo(t)
+	fired := make(chan struct{}, 2)
+	p.BlackholeAt(func(chunk []byte) bool {
+		if bytes.Contains(chunk, []byte("two")) {
+			fired <- struct{}{}
+			return true
+		}
+		return false
+	})
+	if got := roundTrip(t, c, "one"); got != "one" {
+		t.Fatalf("before the trigger: got %q", got)
+	}
+	if _, err := c.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fired:
+	case <-time.After(time.Minute):
+		t.Fatal("the trigger did not fire")
+	}
+	p.Restore()
+	// The server's answer to "two", had it come through, would arrive
+	// before the answer to "three".
+	if got := roundTrip(t, c, "three"); got != "three" {
+		t.Fatalf("after Restore: got %q, want only the answer to the chunk sent after it", got)
+	}
+	if got := roundTrip(t, c, "two"); got != "two" || len(fired) != 0 {
+		t.Fatalf("the trigger again: got %q, fired again: %v; want it to pass, the trigger spent", got, len(fired) != 0)
+	}
+}
+
+// Restore removes a trigger that has not fired.
+func TestRestoreRemovesTrigger(t *testing.T) {
+	p, c := echo(t)
+	p.BlackholeAt(func([]byte) bool { return true })
+	p.Restore()
+	if got := roundTrip(t, c, "one"); got != "one" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// A server that resets its side during a blackhole (as a wait_timeout may)
+// is not heard: the client's read waits, as across a partition, where it
+// would have ended at once with the reset passed on.
+func TestBlackholeHidesAServerReset(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	p, err := Start(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	p.Blackhole()
+	s.(*net.TCPConn).SetLinger(0)
+	s.Close()
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the client heard %v through the blackhole, want nothing", err)
+	}
+}
