@@ -14,15 +14,14 @@ import (
 	"github.com/sqlelect/election"
 )
 
+// New and NewOperator refuse bad input with ErrInvalidConfig naming it,
+// and, as they do no I/O, write nothing: no table is made, whether the
+// input is refused or not.
 func TestNewRejectsBadInput(t *testing.T) {
-	db, err := sql.Open("mysql", "u@tcp(127.0.0.1:1)/d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	one, _ := sql.Open("mysql", "u@tcp(127.0.0.1:1)/d")
+	t.Parallel()
+	db, dsn := newDB(t)
+	one := openDSN(t, dsn)
 	one.SetMaxOpenConns(1)
-	defer one.Close()
 	cases := []struct {
 		name     string
 		db       *sql.DB
@@ -57,6 +56,8 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"identity with an invisible filler", db, "x", election.Config{Identity: "host-a\u3164"}, "control, format or invisible"},
 		{"identity with a blank braille pattern", db, "x", election.Config{Identity: "host-a\u2800"}, "control, format or invisible"},
 		{"lease and margin beyond a year together", db, "x", election.Config{Lease: 200 * 24 * time.Hour, Margin: 200 * 24 * time.Hour}, "wait_timeout"},
+		{"negative history limit", db, "x", election.Config{HistoryLimit: -1}, "HistoryLimit"},
+		{"unknown strategy", db, "x", election.Config{Strategy: election.LeaseRow + 1}, "Strategy"},
 		{"pool of one connection", one, "x", election.Config{}, "SetMaxOpenConns(2)"},
 	}
 	for _, tc := range cases {
@@ -92,6 +93,7 @@ func TestNewRejectsBadInput(t *testing.T) {
 			t.Fatalf("valid input refused: %v", err)
 		}
 	}
+	assertWroteNothing(t, db, nil, "New and NewOperator")
 }
 
 func TestDSNWithoutDatabase(t *testing.T) {

@@ -709,17 +709,17 @@ func TestFirstUseIsBounded(t *testing.T) {
 // step 1).
 func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 	type step struct{ name, statement, names string }
-	tables := []step{
+	prepare := []step{
 		{"database name", "SELECT DATABASE()", "reaching the server"},
 		{"server variables", "SHOW GLOBAL VARIABLES", "reading the server's variables"},
 	}
 	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
-		tables = append(tables, step{"create " + tbl, "CREATE TABLE IF NOT EXISTS `election_" + tbl + "`", "creating the tables"})
+		prepare = append(prepare, step{"create " + tbl, "CREATE TABLE IF NOT EXISTS `election_" + tbl + "`", "creating the tables"})
 	}
 	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
-		tables = append(tables, step{"check " + tbl, "SELECT lock_name FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
+		prepare = append(prepare, step{"check " + tbl, "SELECT lock_name FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
 	}
-	tables = append(tables, step{"check the term's server column", "SELECT server FROM `election_term` LIMIT 0", "checking the tables"})
+	prepare = append(prepare, step{"check the term's server column", "SELECT server FROM `election_term` LIMIT 0", "checking the tables"})
 	session := []step{
 		{"session timeouts", "SET SESSION wait_timeout", "setting up the session"},
 		{"session id and candidate lock", "SELECT CONNECTION_ID(), GET_LOCK(", "setting up the session"},
@@ -733,9 +733,9 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 		{"epoch bump", "INSERT INTO `election_epoch`", "bumping the epoch"},
 	}
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
-		steps := slices.Concat(tables, rest)
+		steps := slices.Concat(prepare, rest)
 		if s == election.GetLock {
-			steps = slices.Concat(tables, session, rest)
+			steps = slices.Concat(prepare, session, rest)
 		}
 		for _, st := range steps {
 			t.Run(st.name, func(t *testing.T) {

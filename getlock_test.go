@@ -450,10 +450,12 @@ func TestIdentityInUse(t *testing.T) {
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
 	await(t, campaign(ctx, newElector(t, election.GetLock, db, "twins", "twin")), 10*time.Second)
+	before := contentsOnceLed(t, db)
 	_, err := newElector(t, election.GetLock, server.Open(t, dbNameOf(t, db)), "twins", "twin").Campaign(ctx)
 	if !errors.Is(err, election.ErrIdentityInUse) || !strings.Contains(err.Error(), "Config.Identity") {
 		t.Fatalf("second candidate with the same identity: %v, want ErrIdentityInUse naming Config.Identity", err)
 	}
+	assertWroteNothing(t, db, before, "the second candidate with the same identity")
 }
 
 // A DSN readTimeout (500ms) shorter than the waits (CheckInterval 1s for

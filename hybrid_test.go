@@ -70,9 +70,11 @@ func TestMixedStrategiesRefused(t *testing.T) {
 			ca.Strategy, ca.Identity, cb.Strategy, cb.Identity = first, "a", second, "b"
 			a, b := newElectorWith(t, db, "mixed", ca), newElectorWith(t, db, "mixed", cb)
 			ta := await(t, campaign(ctx, a), 10*time.Second).term
+			before := contentsOnceLed(t, db)
 			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) {
 				t.Fatalf("campaign of another strategy beside a live candidate: %v", err)
 			}
+			assertWroteNothing(t, db, before, "the campaign of another strategy")
 			// Without the candidate row, the acting term itself refuses.
 			if _, err := db.Exec("DELETE FROM election_candidate"); err != nil {
 				t.Fatal(err)

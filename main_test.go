@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -240,6 +241,55 @@ func dbNameOf(t *testing.T, db *sql.DB) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// contents returns the tables of db's database and how many rows each
+// holds, for tests that check that a refused call wrote nothing (see
+// assertWroteNothing).
+func contents(t testing.TB, db *sql.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, name := range names {
+		var n int
+		if err := db.QueryRow("SELECT COUNT(*) FROM `" + name + "`").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		counts[name] = n
+	}
+	return counts
+}
+
+// contentsOnceLed is contents once the election's first term has written
+// its history row, which it does after Campaign returns.
+func contentsOnceLed(t *testing.T, db *sql.DB) map[string]int {
+	t.Helper()
+	waitFor(t, "the first term's history row", 10*time.Second, func() bool { return contents(t, db)["election_term"] == 1 })
+	return contents(t, db)
+}
+
+// assertWroteNothing fails the test unless db's database holds the same
+// tables, with as many rows each, as before (nil: no table): what a refused
+// call must leave.
+func assertWroteNothing(t testing.TB, db *sql.DB, before map[string]int, refused string) {
+	t.Helper()
+	if after := contents(t, db); !maps.Equal(before, after) {
+		t.Errorf("%s wrote: the tables and their rows were %v, are %v", refused, before, after)
+	}
 }
 
 // openAsUser creates a user with the given GRANTs (%s stands for the user)

@@ -95,8 +95,8 @@ func TestHandover(t *testing.T) {
 				t.Fatalf("hand-over to %s: %v, want ErrNotCandidate", target, err)
 			}
 		}
-		if after, err := ops.Leader(ctx); err != nil || after.Token != before.Token {
-			t.Fatalf("a refused hand-over changed the leader: %+v %v", after, err)
+		if after, err := ops.Leader(ctx); err != nil || after.Token != before.Token || after.HandoverTo != "" || after.DemotedAgo != 0 {
+			t.Fatalf("a refused hand-over changed the record: %+v %v", after, err)
 		}
 		if killed, err := ops.Handover(ctx, "c"); err != nil || killed {
 			t.Fatalf("hand-over to c: killed %v, err %v", killed, err)

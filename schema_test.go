@@ -24,6 +24,7 @@ func TestMissingPrivilegeNamesTheDDL(t *testing.T) {
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "CREATE TABLE IF NOT EXISTS `election_record`") {
 		t.Fatalf("campaign without CREATE privilege: %v", err)
 	}
+	assertWroteNothing(t, server.Open(t, dbName), nil, "the campaign without CREATE privilege")
 	// Once a DBA has created the tables, the same user campaigns.
 	if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
 		t.Fatal(err)
@@ -35,6 +36,8 @@ func TestMissingPrivilegeNamesTheDDL(t *testing.T) {
 	resignAll(t, term)
 }
 
+// With SkipCreateTables, missing tables (all, or some) are reported with
+// the DDL, and the campaign creates none and writes no row.
 func TestSkipCreateTablesReportsMissingTables(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
@@ -45,11 +48,21 @@ func TestSkipCreateTablesReportsMissingTables(t *testing.T) {
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "doesn't exist") || !strings.Contains(err.Error(), "CREATE TABLE") {
 		t.Fatalf("campaign without tables: %v", err)
 	}
+	assertWroteNothing(t, db, nil, "the campaign without tables")
 	ddl, err := election.SchemaDDL("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, stmt := range strings.Split(strings.TrimSpace(ddl), ";") {
+	stmts := strings.Split(strings.TrimSpace(ddl), ";")
+	if _, err := db.Exec(stmts[0]); err != nil { // the record table only
+		t.Fatal(err)
+	}
+	_, err = e.Campaign(ctxFor(t, 10*time.Second))
+	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "election_epoch' doesn't exist") {
+		t.Fatalf("campaign with the record table only: %v", err)
+	}
+	assertWroteNothing(t, db, map[string]int{"election_record": 0}, "the campaign with the record table only")
+	for _, stmt := range stmts {
 		if strings.TrimSpace(stmt) != "" {
 			if _, err := db.Exec(stmt); err != nil {
 				t.Fatalf("DDL from SchemaDDL: %v", err)
@@ -79,6 +92,9 @@ func TestMissingGrantOnExistingTables(t *testing.T) {
 		!strings.Contains(msg, `set Config.TablePrefix, electctl --prefix: this one is "election"`) {
 		t.Fatalf("demote by a SELECT-only user: %v", err)
 	}
+	if rec, err := newOperator(t, db, "grants").Leader(ctx); err != nil || rec.DemotedAgo != 0 {
+		t.Fatalf("a refused demotion changed the record: %+v %v", rec, err)
+	}
 }
 
 // A newcomer's wrong TablePrefix, for a user who may not create tables:
@@ -87,9 +103,11 @@ func TestMissingGrantOnExistingTables(t *testing.T) {
 func TestWrongTablePrefixIsNamed(t *testing.T) {
 	t.Parallel()
 	dbName := server.NewDatabase(t)
-	if err := election.CreateSchema(ctxFor(t, 10*time.Second), server.Open(t, dbName), ""); err != nil {
+	admin := server.Open(t, dbName)
+	if err := election.CreateSchema(ctxFor(t, 10*time.Second), admin, ""); err != nil {
 		t.Fatal(err)
 	}
+	before := contents(t, admin)
 	db := openAsUser(t, dbName, "pfx_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
 	var logs lockedBuffer
 	cfg := fast
@@ -100,6 +118,7 @@ func TestWrongTablePrefixIsNamed(t *testing.T) {
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), `set Config.TablePrefix, electctl --prefix: this one is "elect"`) {
 		t.Fatalf("Run with a prefix that names no tables: %v", err)
 	}
+	assertWroteNothing(t, admin, before, "Run with a prefix that names no tables")
 	if strings.Contains(logs.String(), "could not remove") {
 		t.Fatalf("Run logged a cleanup failure for a row it never wrote:\n%s", logs.String())
 	}
@@ -251,15 +270,9 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 		}
 	}
 	const alter = "ALTER TABLE `election_term` ADD COLUMN server"
-	rows := func() (n int) {
-		t.Helper()
-		if err := admin.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM election_record) + (SELECT COUNT(*) FROM election_term)").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 
 	old()
+	before := contents(t, admin)
 	skip := fast
 	skip.SkipCreateTables = true
 	if _, err := newElectorWith(t, admin, "old", skip).Campaign(ctx); !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alter) {
@@ -270,9 +283,7 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 		!strings.Contains(err.Error(), "ALTER command denied") {
 		t.Errorf("campaign by a user without ALTER on old tables: %v", err)
 	}
-	if n := rows(); n != 0 {
-		t.Errorf("the refused campaigns wrote %d rows", n)
-	}
+	assertWroteNothing(t, admin, before, "the refused campaigns")
 
 	term, err := newElectorWith(t, admin, "old", fast).Campaign(ctx)
 	if err != nil {
@@ -285,4 +296,25 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 	if err != nil || len(hist) != 1 || hist[0].Server != want || want == "" {
 		t.Errorf("history on upgraded tables: %+v, %v; want the server %q", hist, err, want)
 	}
+}
+
+// SchemaDDL, CreateSchema and Elections refuse a prefix that is no table
+// name with ErrInvalidConfig, and create nothing.
+func TestBadTablePrefixRefused(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	const bad = "bad-prefix"
+	_, ddlErr := election.SchemaDDL(bad)
+	_, listErr := election.Elections(ctx, db, bad)
+	for what, err := range map[string]error{
+		"SchemaDDL":    ddlErr,
+		"CreateSchema": election.CreateSchema(ctx, db, bad),
+		"Elections":    listErr,
+	} {
+		if !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), "TablePrefix") {
+			t.Errorf("%s with prefix %q: %v, want ErrInvalidConfig naming TablePrefix", what, bad, err)
+		}
+	}
+	assertWroteNothing(t, db, nil, "CreateSchema with a bad prefix")
 }

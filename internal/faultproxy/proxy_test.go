@@ -131,6 +131,14 @@ func TestBlackholeHidesAServerReset(t *testing.T) {
 	}
 	defer c.Close()
 	s := <-accepted
+	// A byte through first: the proxy's own dial has completed, which a
+	// reset would fail.
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
 	p.Blackhole()
 	s.(*net.TCPConn).SetLinger(0)
 	s.Close()
