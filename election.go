@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/sqlelect/election/internal/failpoint"
 )
 
 // Elector is one candidate in one election. It is safe for concurrent use;
@@ -160,6 +161,9 @@ func (e *Elector) IsLeader() bool {
 // the term ends at once (its lock is released, as by Resign), so cancel ctx
 // only once the leader's work has stopped, or call Resign instead. A failed
 // attempt returns an error and may be retried; Run does that with backoff.
+// A term whose lease ran out before it began (this process was paused
+// while it claimed the election) is never returned: Campaign gives it up
+// and returns ErrLeaseExpired.
 func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	return e.campaign(ctx, ctx, false)
 }
@@ -177,10 +181,18 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 		e.end(claim)
 		return nil, refusal(err) // whichever statement opened the refused session
 	}
+	failpoint.Hit(waitCtx, failpoint.Claimed)
 	e.stats.terms.Add(1)
 	t := newTerm(e.st, e.log, w, termCtx, func() { e.end(claim) })
 	if err := t.waitLockDelay(waitCtx, w.delay); err != nil {
 		return nil, err // the term ended early; its keeper released the claim
+	}
+	if !t.IsLeader() {
+		// The lease ran out before the term could begin (this process was
+		// paused, or the claim was slow): another candidate may lead by now,
+		// so the term is not handed out for anyone to act in.
+		t.Resign(context.WithoutCancel(waitCtx))
+		return nil, fmt.Errorf("%w: the term's lease ran out before the term began (was this process paused, or did claiming the election take longer than Lease?)", ErrLeaseExpired)
 	}
 	e.mu.Lock()
 	if e.claim == claim && e.busy { // not if the term has already ended

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/failpoint"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -774,6 +775,43 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 					t.Fatalf("Run after the network came back: %v", err)
 				}
 			})
+		}
+	})
+}
+
+// A candidate paused after it claimed the election, for longer than the
+// lease, is not handed the term when it wakes: another candidate may lead
+// by then. Campaign gives the term up and says why, and the next campaign
+// wins with a higher token.
+func TestTermNotHandedOutAfterItsLease(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db := server.Open(t, server.NewDatabase(t))
+		var claimed []uint64
+		c := fast
+		c.Strategy, c.Identity = s, "a"
+		c.Observer = &election.Observer{TermStarted: func(_, _ string, token uint64) { claimed = append(claimed, token) }}
+		e := newElectorWith(t, db, "paused", c)
+		paused := false
+		ctx := failpoint.With(context.Background(), func(point string) {
+			if point == failpoint.Claimed && !paused {
+				paused = true
+				time.Sleep(c.Lease + 100*time.Millisecond)
+			}
+		})
+		term, err := e.Campaign(ctx)
+		if !errors.Is(err, election.ErrLeaseExpired) || term != nil {
+			t.Fatalf("campaign paused past its lease: a term (%v), err %v; want no term and ErrLeaseExpired", term != nil, err)
+		}
+		if e.IsLeader() {
+			t.Fatal("IsLeader after a term given up")
+		}
+		term, err = e.Campaign(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer term.Resign(context.Background())
+		if len(claimed) != 2 || term.Token() <= claimed[0] || !term.IsLeader() {
+			t.Fatalf("terms claimed %v, then token %d leading %v", claimed, term.Token(), term.IsLeader())
 		}
 	})
 }

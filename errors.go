@@ -36,7 +36,8 @@ var (
 
 	// ErrResigned: Resign was called.
 	ErrResigned = errors.New("election: resigned")
-	// ErrLeaseExpired: no keepalive was confirmed within the lease.
+	// ErrLeaseExpired: no keepalive was confirmed within the lease, or the
+	// lease ran out before the term began (Campaign).
 	ErrLeaseExpired = errors.New("election: lease expired")
 	// ErrSessionLost: the pinned session failed: killed, timed out, its
 	// network dropped or the server restarted.

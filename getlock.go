@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqlelect/election/internal/failpoint"
 )
 
 // getLock is the GetLock strategy: each candidate pins a session of its
@@ -129,6 +130,7 @@ func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
 				continue
 			}
 		case err == nil:
+			failpoint.Hit(ctx, failpoint.Locked)
 			sent := time.Now()
 			var (
 				delay time.Duration

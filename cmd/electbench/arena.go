@@ -48,7 +48,8 @@ type arena struct {
 	procs   map[string]*proc
 	events  chan event
 	pending []event
-	log     []event // every event, for the checker's report
+	log     []event   // every event, for the checker's report
+	reads   []regRead // the register as the parent read it (chaos)
 }
 
 // proc is one candidate. Its user and proxy outlive its process, so that a
@@ -58,7 +59,8 @@ type proc struct {
 	user    string
 	proxy   *faultproxy.Proxy // nil unless the arena is isolated
 	cmd     *exec.Cmd
-	drained chan struct{} // closed once cmd's output has been read to its end
+	stdin   io.WriteCloser // arms and springs the candidate's trap
+	drained chan struct{}  // closed once cmd's output has been read to its end
 }
 
 // newArena creates the contender's database and starts the spec's
@@ -102,9 +104,12 @@ func (a *arena) createDatabase(ctx context.Context) error {
 	for _, stmt := range []string{
 		"DROP DATABASE IF EXISTS " + a.db, "CREATE DATABASE " + a.db,
 		"CREATE TABLE " + a.db + ".bench_writes (id BIGINT AUTO_INCREMENT PRIMARY KEY, holder VARCHAR(64) NOT NULL, " +
-			"term VARCHAR(96) NOT NULL, token BIGINT UNSIGNED NOT NULL, at DATETIME(6) NOT NULL)",
-		"CREATE TABLE " + a.db + ".bench_counter (n BIGINT NOT NULL)",
-		"INSERT INTO " + a.db + ".bench_counter VALUES (0)",
+			"term VARCHAR(96) NOT NULL, token BIGINT UNSIGNED NOT NULL, op VARCHAR(96) NOT NULL, at DATETIME(6) NOT NULL)",
+		// One row each; the keys are for Galera, which replicates rows by key.
+		"CREATE TABLE " + a.db + ".bench_counter (k TINYINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL)",
+		"INSERT INTO " + a.db + ".bench_counter VALUES (1, 0)",
+		"CREATE TABLE " + a.db + ".bench_register (k TINYINT NOT NULL PRIMARY KEY, token BIGINT UNSIGNED NOT NULL, op VARCHAR(96) NOT NULL)",
+		"INSERT INTO " + a.db + ".bench_register VALUES (1, 0, '')",
 	} {
 		if _, err := root.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("setting up %s: %w", a.db, err)
@@ -127,6 +132,10 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting candidate %s: %w", id, err)
 	}
@@ -135,7 +144,7 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 		a.read(out)
 		close(drained)
 	}()
-	p.cmd, p.drained = cmd, drained
+	p.cmd, p.stdin, p.drained = cmd, in, drained
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()

@@ -24,7 +24,7 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	o.flags(fs)
 	o.candidatesFlag(fs)
 	contenders := fs.String("contenders", join(allContenders), "contenders to run")
-	faults := fs.String("faults", join(allFaults), "faults to inject")
+	faults := fs.String("faults", join(baseFaults), "faults to inject")
 	reps := fs.Int("reps", 20, "runs per contender and fault")
 	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing (unless given): about two minutes")
 	svg := fs.String("svg", "", "write the chart as SVG to this file")
@@ -41,7 +41,7 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	if err := known("contender", cs, allContenders); err != nil {
 		return err
 	}
-	if err := known("fault", fl, allFaults); err != nil {
+	if err := known("fault", fl, baseFaults); err != nil {
 		return err
 	}
 	srv, err := o.server(ctx)

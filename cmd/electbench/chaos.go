@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -32,8 +33,8 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 		return err
 	}
 	defer srv.Close()
-	if p.kinds = faultsFor(srv, p.kinds); len(p.kinds) == 0 {
-		return errors.New("no fault to draw from: a server given by -dsn is not restarted")
+	if p.kinds = trapsFor(p.contender, faultsFor(srv, p.kinds)); len(p.kinds) == 0 {
+		return errors.New("no fault to draw from: a server given by -dsn is not restarted, and only this library's strategies have traps")
 	}
 	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds})
 	if err != nil {
@@ -41,12 +42,15 @@ func chaosMain(ctx context.Context, args []string, out *os.File) error {
 	}
 	defer a.close()
 	start := time.Now()
+	reads := a.observe(ctx, 25*time.Millisecond)
 	trials, counts, err := p.torture(ctx, a, o.limitFor(p.contender), o.steps())
 	if err != nil {
+		reads()
 		return err
 	}
 	o.steps().done()
 	a.stopAll()
+	a.reads = reads()
 	v, err := check(ctx, a)
 	if err != nil {
 		return err
@@ -91,14 +95,22 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 }
 
 // torture injects faults drawn at random from the plan's kinds, at random
-// pauses, until the plan's count or duration is reached or ctx ends.
+// pauses, until the plan's count or duration is reached or ctx ends. The
+// kinds are dealt like cards: each once, in a random order, before any
+// comes again, so that every kind is hit even in a short run.
 func (p *chaosPlan) torture(ctx context.Context, a *arena, limit time.Duration, steps *progress) ([]trial, map[string]int, error) {
 	rng := rand.New(rand.NewPCG(p.seed, 0))
 	start := time.Now()
 	counts := map[string]int{}
+	var deck []string
 	var trials []trial
 	for i := 0; i < p.faults && ctx.Err() == nil && (p.duration == 0 || time.Since(start) < p.duration); i++ {
-		f := p.kinds[rng.IntN(len(p.kinds))]
+		if len(deck) == 0 {
+			deck = slices.Clone(p.kinds)
+			rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+		}
+		f := deck[0]
+		deck = deck[1:]
 		steps.step("chaos %s seed %d: fault %d/%d %s", p.contender, p.seed, i+1, p.faults, f)
 		tr, err := a.inject(ctx, f, limit)
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/anishathalye/porcupine"
 )
 
 // verdict is what the checker finds in one contender's recorded history.
@@ -19,6 +21,10 @@ type verdict struct {
 	Stale     int     `json:"stale_writes_accepted"`
 	OverlapS  float64 `json:"overlap_total_s"` // acting leaders overlapping, as their accepted writes show
 	WorstS    float64 `json:"overlap_worst_s"`
+	// Linearizable is Porcupine's verdict on the register's history (see
+	// linearize.go), of Operations writes and reads; fenced contenders only.
+	Linearizable string `json:"linearizable,omitempty"`
+	Operations   int    `json:"operations,omitempty"`
 	// Violations are broken guarantees; each comes with the history around it.
 	Violations []string `json:"violations,omitempty"`
 }
@@ -53,11 +59,30 @@ func check(ctx context.Context, a *arena) (verdict, error) {
 	if v.Lost = max(0, v.Acked-v.Writes); v.Lost > 0 {
 		v.Violations = append(v.Violations, fmt.Sprintf("%d acknowledged writes are missing", v.Lost))
 	}
+	committed, err := committedOps(ctx, a)
+	if err != nil {
+		return v, err
+	}
+	checkRefused(a, committed, &v)
 	if v.Counter != v.Writes {
 		v.Violations = append(v.Violations, fmt.Sprintf("counter %d but %d write rows", v.Counter, v.Writes))
 	}
+	if !fenced {
+		return v, nil
+	}
+	res, n, where := linearizable(a.log, a.reads, committed, linearizeTimeout)
+	v.Linearizable, v.Operations = string(res), n
+	switch res {
+	case porcupine.Illegal:
+		v.Violations = append(v.Violations, "Porcupine: the history is not linearizable as a fenced register: "+where)
+	case porcupine.Unknown:
+		v.Violations = append(v.Violations, fmt.Sprintf("Porcupine: no verdict within %v (%s)", linearizeTimeout, where))
+	}
 	return v, nil
 }
+
+// linearizeTimeout bounds Porcupine's search over a whole history.
+const linearizeTimeout = 10 * time.Minute
 
 // readWrites returns the rows of bench_writes in commit order.
 func readWrites(ctx context.Context, a *arena) ([]row, error) {
@@ -119,17 +144,22 @@ func checkWrites(a *arena, ws []row, fenced bool, v *verdict) {
 
 // checkEvents counts the terms and acknowledged writes the candidates
 // reported and, if fenced, finds tokens that do not grow with their terms.
+// A fenced term that began with its lease already run out (its process was
+// paused between its claim and its first step) is left out of that order:
+// it never acted, and a write it tried is the write check's to judge.
 func checkEvents(a *arena, fenced bool, v *verdict) {
 	var starts []event
 	for _, e := range a.log {
 		switch {
 		case e.Ev == "start":
-			starts = append(starts, e)
+			v.Terms++
+			if e.OK || !fenced {
+				starts = append(starts, e)
+			}
 		case e.Ev == "write" && e.OK:
 			v.Acked++
 		}
 	}
-	v.Terms = len(starts)
 	sort.Slice(starts, func(i, j int) bool { return starts[i].At < starts[j].At })
 	if !fenced {
 		return
@@ -151,4 +181,14 @@ func (a *arena) around(t time.Time) string {
 		}
 	}
 	return b.String()
+}
+
+// checkRefused finds writes that failed with ErrFenced and committed all
+// the same: a refusal must leave nothing behind.
+func checkRefused(a *arena, committed map[string]int64, v *verdict) {
+	for _, e := range a.log {
+		if _, ok := committed[e.Op]; ok && e.Ev == "write" && e.Refused {
+			v.Violations = append(v.Violations, fmt.Sprintf("write %s was refused (ErrFenced) but committed\n%s", e.Op, a.around(time.Unix(0, e.At))))
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/failpoint"
 )
 
 // Contenders, as named on the command line.
@@ -66,6 +67,8 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, ele
 	defer db.Close()
 	c := &candidate{id: id, db: db, tm: tm, out: json.NewEncoder(os.Stdout)}
 	c.obeyQuiet(ctx)
+	c.trap.listen(os.Stdin, c.emit)
+	ctx = failpoint.With(ctx, c.trap.reach)
 	c.emit(event{Ev: "ready"})
 	switch contender {
 	case libGetLock, libLease:
@@ -82,16 +85,22 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, ele
 
 // event is one line a candidate process prints.
 type event struct {
-	// ready (obeys sigQuiet), start, end, write; other-start: a term of
-	// one of the elections beyond the first began (candidate -elections).
+	// ready (obeys sigQuiet), start, end, call (a write begins), write
+	// (it returned), trap (an armed failpoint was reached); other-start: a
+	// term of one of the elections beyond the first began (candidate
+	// -elections).
 	Ev       string `json:"ev"`
 	ID       string `json:"id"`
 	Election string `json:"election,omitempty"` // only for other-start
 	Term     string `json:"term"`
 	Token    uint64 `json:"token,omitempty"`
-	OK       bool   `json:"ok,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	At       int64  `json:"at"` // Unix ns; all processes share the machine's clock
+	// Op names one write: its call event and its write event carry it,
+	// and so does its row if it committed.
+	Op      string `json:"op,omitempty"`
+	OK      bool   `json:"ok,omitempty"`      // write: accepted; start of a library term: its lease was valid
+	Refused bool   `json:"refused,omitempty"` // the write failed with ErrFenced
+	Reason  string `json:"reason,omitempty"`
+	At      int64  `json:"at"` // Unix ns; all processes share the machine's clock
 }
 
 // candidate runs one contender in this process until ctx ends, printing
@@ -104,6 +113,8 @@ type candidate struct {
 	out    *json.Encoder
 	writes sync.WaitGroup
 	quiet  atomic.Bool // no writes, so that the election's own cost can be measured
+	ops    atomic.Uint64
+	trap   trap
 }
 
 // Signals that pause and resume a candidate's writes.
@@ -130,22 +141,44 @@ func (c *candidate) obeyQuiet(ctx context.Context) {
 	}()
 }
 
-// emit prints e, stamped with the candidate and the time, as one line.
+// emit prints e, stamped with the candidate and, unless it has one, the
+// time, as one line.
 func (c *candidate) emit(e event) {
-	e.ID, e.At = c.id, time.Now().UnixNano()
+	e.ID = c.id
+	if e.At == 0 {
+		e.At = time.Now().UnixNano()
+	}
 	c.mu.Lock()
 	c.out.Encode(e)
 	c.mu.Unlock()
 }
 
-// write records one write of the acting term: a row and the counter, in
-// one transaction.
-func write(ctx context.Context, tx *sql.Tx, holder, term string, token uint64) error {
-	if _, err := tx.ExecContext(ctx, "INSERT INTO bench_writes (holder, term, token, at) VALUES (?, ?, ?, UTC_TIMESTAMP(6))", holder, term, token); err != nil {
+// write records one write, op, of the acting term, in one transaction: it
+// sets the register, adds a row and bumps the counter. The register comes
+// first: its row lock orders the transactions from there to their commit,
+// so that the rows' ids are in commit order.
+func write(ctx context.Context, tx *sql.Tx, holder, term string, token uint64, op string) error {
+	if _, err := tx.ExecContext(ctx, "UPDATE bench_register SET token = ?, op = ?", token, op); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO bench_writes (holder, term, token, op, at) VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6))", holder, term, token, op); err != nil {
 		return err
 	}
 	_, err := tx.ExecContext(ctx, "UPDATE bench_counter SET n = n + 1")
 	return err
+}
+
+// recorded makes one write of term through do, which it gives a new op
+// name, between a call event and a write event: a write whose process
+// dies in between has a call and no return, its outcome known only from
+// the rows. A write cut off because its term ended gets no write event.
+func (c *candidate) recorded(ctx context.Context, term string, token uint64, do func(op string) error) {
+	op := fmt.Sprintf("%s.%d.%d", c.id, os.Getpid(), c.ops.Add(1))
+	c.emit(event{Ev: "call", Term: term, Token: token, Op: op})
+	err := do(op)
+	if err == nil || ctx.Err() == nil {
+		c.emit(event{Ev: "write", Term: term, Op: op, OK: err == nil, Refused: errors.Is(err, election.ErrFenced)})
+	}
 }
 
 // library runs this library's electors, all on the candidate's one
@@ -197,13 +230,22 @@ func (c *candidate) elect(ctx context.Context, name string, cfg election.Config,
 // fenced, every WriteEvery until the term ends.
 func (c *candidate) writeFenced(ctx context.Context, t *election.Term) {
 	term := fmt.Sprint(t.Token())
-	c.emit(event{Ev: "start", Term: term, Token: t.Token()})
+	// The time comes before the look at the lease: if the lease was valid
+	// at that time, no later term had begun by then, however long this
+	// process is paused before the event is printed.
+	at := time.Now().UnixNano()
+	c.emit(event{Ev: "start", Term: term, Token: t.Token(), OK: t.IsLeader(), At: at})
 	for ctx.Err() == nil {
 		if !c.quiet.Load() {
-			err := t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token()) })
-			if err == nil || ctx.Err() == nil {
-				c.emit(event{Ev: "write", Term: term, OK: err == nil})
-			}
+			c.recorded(ctx, term, t.Token(), func(op string) error {
+				return t.Fenced(ctx, func(tx *sql.Tx) error {
+					if err := write(ctx, tx, c.id, term, t.Token(), op); err != nil {
+						return err
+					}
+					c.trap.reach(pointFenced) // checked, not yet committed
+					return nil
+				})
+			})
 		}
 		sleep(ctx, c.tm.WriteEvery)
 	}
@@ -242,10 +284,7 @@ func (a *acting) start(ctx context.Context) {
 		defer a.c.writes.Done()
 		for wctx.Err() == nil {
 			if !a.c.quiet.Load() {
-				err := a.c.unfencedWrite(wctx, term)
-				if err == nil || wctx.Err() == nil {
-					a.c.emit(event{Ev: "write", Term: term, OK: err == nil})
-				}
+				a.c.recorded(wctx, term, 0, func(op string) error { return a.c.unfencedWrite(wctx, term, op) })
 			}
 			sleep(wctx, a.c.tm.WriteEvery)
 		}
@@ -254,12 +293,12 @@ func (a *acting) start(ctx context.Context) {
 
 // unfencedWrite is one write of a hand-rolled leader, in a transaction of
 // its own.
-func (c *candidate) unfencedWrite(ctx context.Context, term string) error {
+func (c *candidate) unfencedWrite(ctx context.Context, term, op string) error {
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	if err := write(ctx, tx, c.id, term, 0); err != nil {
+	if err := write(ctx, tx, c.id, term, 0, op); err != nil {
 		tx.Rollback()
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/sqlelect/election/internal/failpoint"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -24,7 +25,12 @@ const (
 	fRestart  = "restart"
 )
 
-var allFaults = []string{fSIGKILL, fSIGTERM, fSIGSTOP, fBlackH, fReset, fKillConn, fRestart}
+// baseFaults hit any contender; allFaults add the traps, which only this
+// library's strategies have.
+var (
+	baseFaults = []string{fSIGKILL, fSIGTERM, fSIGSTOP, fBlackH, fReset, fKillConn, fRestart}
+	allFaults  = append(slices.Clone(baseFaults), trapFaults...)
+)
 
 // faultsFor drops the restart fault unless srv is private: a server given
 // by -dsn is not ours to restart.
@@ -33,6 +39,16 @@ func faultsFor(srv *mysqltest.Server, faults []string) []string {
 		faults = slices.DeleteFunc(faults, func(f string) bool { return f == fRestart })
 	}
 	return faults
+}
+
+// trapsFor drops the traps that cannot hit contender: all of them but for
+// this library's strategies (the failpoints are in it), and the lock's but
+// for GetLock.
+func trapsFor(contender string, faults []string) []string {
+	return slices.DeleteFunc(faults, func(f string) bool {
+		point, _, trap := trapOf(f)
+		return trap && (!isLibrary(contender) || point == failpoint.Locked && contender != libGetLock)
+	})
 }
 
 // isolating reports whether any of faults must reach the leader's
@@ -46,9 +62,10 @@ func isolating(faults []string) bool {
 type trial struct {
 	Contender string  `json:"contender"`
 	Fault     string  `json:"fault"`
-	FailoverS float64 `json:"failover_s"`       // to the next acting leader; -1: none within the limit
-	KnewS     float64 `json:"old_knew_s"`       // until the old leader's term ended; -1: never seen
-	NoLeader  bool    `json:"no_leader_before"` // nobody led within the limit before the fault
+	FailoverS float64 `json:"failover_s"`            // to the next acting leader; -1: none within the limit
+	KnewS     float64 `json:"old_knew_s"`            // until the old leader's term ended; -1: never seen
+	NoLeader  bool    `json:"no_leader_before"`      // nobody led within the limit before the fault
+	Missed    bool    `json:"trap_missed,omitempty"` // a trap that no candidate reached within the limit
 }
 
 // inject applies fault, one of the arena's, to the current leader, waits
@@ -70,6 +87,9 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 	// it (the leader check has seen it all); dropping it keeps pending
 	// from growing over a long chaos run.
 	a.pending = nil
+	if point, action, ok := trapOf(fault); ok {
+		return a.spring(ctx, tr, point, action, old, limit)
+	}
 	p := a.proc(old.ID)
 	t0 := time.Now()
 	if err := a.strike(ctx, fault, p); err != nil {
@@ -83,12 +103,20 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 	if err := a.heal(ctx, fault, p); err != nil {
 		return tr, err
 	}
-	if fault != fSIGKILL {
+	if learns(fault) {
 		if e, ok := a.next(func(e event) bool { return e.Ev == "end" && e.Term == old.Term }, min(limit, 3*a.tm.Interval+5*time.Second)); ok {
 			tr.KnewS = time.Unix(0, e.At).Sub(t0).Seconds()
 		}
 	}
 	return tr, nil
+}
+
+// learns reports whether the leader hit by fault lives to learn that its
+// term ended, so that the trial waits for its end: not if it was killed,
+// nor if the fault hit a candidate that had no term yet.
+func learns(fault string) bool {
+	point, action, trap := trapOf(fault)
+	return fault != fSIGKILL && (!trap || point == pointFenced && action == "stop")
 }
 
 // strike applies fault to the leader p; a restart hits every candidate.

@@ -3,6 +3,7 @@ module github.com/sqlelect/election/cmd/electbench
 go 1.25.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/sqlelect/election v0.0.0-00010101000000-000000000000
 )

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,23 +40,42 @@ func TestChaos(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = chaosMain(context.Background(), []string{"-contender", contender, "-faults", "14", "-seed", "7",
+			err = chaosMain(context.Background(), []string{"-contender", contender, "-faults", "13", "-seed", "7",
 				"-interval", "100ms", "-lease", "1s", "-margin", "1s", "-limit", "5s"}, out)
 			report, _ := os.ReadFile(out.Name())
 			if err != nil || !strings.Contains(string(report), "no violation") {
 				t.Fatalf("chaos: %v\n%s", err, report)
 			}
-			if !strings.Contains(string(report), "14 faults") {
+			if !strings.Contains(string(report), "13 faults") {
 				t.Fatalf("not every fault was injected:\n%s", report)
+			}
+			// The kinds are dealt, so 13 faults hit each kind this
+			// strategy has (11 or 13) at least once; the checkers saw it all.
+			for _, f := range trapsFor(contender, slices.Clone(allFaults)) {
+				if !regexp.MustCompile(`\b` + f + `:[1-9]`).Match(report) {
+					t.Errorf("fault %s was not injected:\n%s", f, report)
+				}
+			}
+			if !regexp.MustCompile(`\bOk \([1-9][0-9]*\)`).Match(report) {
+				t.Errorf("Porcupine did not pass the history:\n%s", report)
+			}
+			// Every trap sprang: its row's last column, TRAP MISSED, is 0.
+			for _, f := range trapFaults {
+				if m := regexp.MustCompile(`(?m)^` + contender + ` +` + f + ` .* ([0-9]+)$`).FindSubmatch(report); m != nil && string(m[1]) != "0" {
+					t.Errorf("trap %s missed:\n%s", f, report)
+				}
 			}
 		})
 	}
 }
 
-// The checker finds what it is for: a write of an old term accepted after
-// a newer term began writing, a counter that disagrees, acknowledged writes
-// that are missing, and tokens that do not grow with their terms.
-func TestCheckerFindsViolations(t *testing.T) {
+// Both checkers find what they are for, each violation planted alone in a
+// real database and history: a write of an old term accepted after a newer
+// term's, an acknowledged write that is missing, a counter that disagrees
+// with the rows, a refused write that committed. A token shared by two
+// terms is the own checker's alone: a fenced register accepts equal tokens
+// (a term writes many times), so Porcupine must pass it.
+func TestCheckersFindViolations(t *testing.T) {
 	var o options
 	srv, err := o.server(context.Background())
 	if err != nil {
@@ -68,35 +88,99 @@ func TestCheckerFindsViolations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.close()
-	for _, stmt := range []string{
-		"INSERT INTO bench_writes (holder, term, token, at) VALUES " +
-			"('c0', '1', 1, UTC_TIMESTAMP(6)), ('c1', '2', 2, UTC_TIMESTAMP(6) + INTERVAL 1 SECOND), ('c0', '1', 1, UTC_TIMESTAMP(6) + INTERVAL 2 SECOND)",
-		"UPDATE bench_counter SET n = 2",
-	} {
-		if _, err := a.admin.Exec(stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
 	now := time.Now().UnixNano()
-	a.log = []event{
-		{Ev: "start", ID: "c0", Term: "1", Token: 1, At: now},
-		{Ev: "start", ID: "c1", Term: "2", Token: 2, At: now + 1},
-		{Ev: "start", ID: "c2", Term: "3", Token: 2, At: now + 2},
+	ms := func(n int) int64 { return now + int64(n)*int64(time.Millisecond) }
+	// w is a write of op with token, called at ms call and returning 1 ms
+	// later: accepted, refused, or with no return at all.
+	type w struct {
+		op            string
+		token         uint64
+		call          int
+		ok, refused   bool
+		returns, rows bool
 	}
-	for range 4 {
-		a.log = append(a.log, event{Ev: "write", OK: true, At: now})
-	}
-	v, err := check(ctx, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Stale != 1 || v.Lost != 1 || v.WorstS < 0.9 || len(v.Violations) != 4 {
-		t.Fatalf("verdict: %+v", v)
-	}
-	for i, want := range []string{"stale write 3 of term 1", "token 2 after token 2", "1 acknowledged writes are missing", "counter 2 but 3 write rows"} {
-		if !strings.Contains(v.Violations[i], want) {
-			t.Fatalf("violation %d: %q, want %q", i, v.Violations[i], want)
-		}
+	acked := func(op string, token uint64, call int) w { return w{op, token, call, true, false, true, true} }
+	for _, c := range []struct {
+		name      string
+		starts    []uint64 // tokens of the terms, in start order
+		writes    []w
+		counter   int       // the counter's final value; -1: the number of rows
+		reads     []regRead // at the end
+		want      string    // the own checker's one violation
+		porcupine bool      // Porcupine must find it too
+	}{
+		{name: "stale write", starts: []uint64{1, 2},
+			writes: []w{acked("A", 1, 1), acked("B", 2, 3), acked("C", 1, 5)}, counter: -1,
+			want: "stale write 3 of term 1", porcupine: true},
+		{name: "lost write", starts: []uint64{1, 2},
+			writes: []w{acked("A", 1, 1), acked("B", 2, 3), {op: "D", token: 2, call: 5, ok: true, returns: true}}, counter: -1,
+			reads: []regRead{{Call: ms(7), Return: ms(8), Seen: regState{Token: 2, Op: "B", N: 2}}},
+			want:  "1 acknowledged writes are missing", porcupine: true},
+		{name: "counter", starts: []uint64{1, 2},
+			writes: []w{acked("A", 1, 1), acked("B", 2, 3)}, counter: 1,
+			reads: []regRead{{Call: ms(5), Return: ms(6), Seen: regState{Token: 2, Op: "B", N: 1}}},
+			want:  "counter 1 but 2 write rows", porcupine: true},
+		{name: "refused but committed", starts: []uint64{1, 2},
+			writes: []w{acked("A", 1, 1), {op: "B", token: 1, call: 3, refused: true, returns: true, rows: true}, acked("C", 2, 5)}, counter: -1,
+			reads: []regRead{{Call: ms(7), Return: ms(8), Seen: regState{Token: 2, Op: "C", N: 3}}},
+			want:  "write B was refused (ErrFenced) but committed", porcupine: true},
+		{name: "shared token", starts: []uint64{1, 2, 2},
+			writes: []w{acked("A", 1, 1), acked("B", 2, 3), acked("C", 2, 5)}, counter: -1,
+			want: "token 2 after token 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := a.createDatabase(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a.log, a.reads = nil, c.reads
+			for i, tok := range c.starts {
+				a.log = append(a.log, event{Ev: "start", ID: fmt.Sprint("c", i), Term: fmt.Sprint(tok), Token: tok, OK: true, At: ms(i - 10)})
+			}
+			rows := 0
+			for _, x := range c.writes {
+				term := fmt.Sprint(x.token)
+				a.log = append(a.log, event{Ev: "call", Term: term, Token: x.token, Op: x.op, At: ms(x.call)})
+				if x.returns {
+					a.log = append(a.log, event{Ev: "write", Term: term, Op: x.op, OK: x.ok, Refused: x.refused, At: ms(x.call + 1)})
+				}
+				if !x.rows {
+					continue
+				}
+				rows++
+				for _, stmt := range []string{
+					fmt.Sprintf("INSERT INTO bench_writes (holder, term, token, op, at) VALUES ('c', '%s', %d, '%s', UTC_TIMESTAMP(6) + INTERVAL %d SECOND)", term, x.token, x.op, x.call),
+					fmt.Sprintf("UPDATE bench_register SET token = %d, op = '%s'", x.token, x.op),
+				} {
+					if _, err := a.admin.Exec(stmt); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if c.counter < 0 {
+				c.counter = rows
+			}
+			if _, err := a.admin.Exec("UPDATE bench_counter SET n = ?", c.counter); err != nil {
+				t.Fatal(err)
+			}
+			v, err := check(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var own, porcupine []string
+			for _, msg := range v.Violations {
+				if strings.HasPrefix(msg, "Porcupine") {
+					porcupine = append(porcupine, msg)
+				} else {
+					own = append(own, msg)
+				}
+			}
+			if len(own) != 1 || !strings.Contains(own[0], c.want) {
+				t.Errorf("own checker: %q, want one violation with %q", own, c.want)
+			}
+			if found := len(porcupine) == 1 && v.Linearizable == "Illegal"; found != c.porcupine {
+				t.Errorf("Porcupine (%s on %d operations): %q, want a violation: %v", v.Linearizable, v.Operations, porcupine, c.porcupine)
+			}
+		})
 	}
 }
 

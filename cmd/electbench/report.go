@@ -29,7 +29,8 @@ type summary struct {
 	Runs      int     `json:"runs"`
 	NoFail    int     `json:"no_failover"` // runs with no new leader within the limit
 	NoLeader  int     `json:"no_leader_before"`
-	P50       float64 `json:"failover_p50_s"` // -1: no failover at all
+	Missed    int     `json:"trap_missed,omitempty"` // traps no candidate reached
+	P50       float64 `json:"failover_p50_s"`        // -1: no failover at all
 	P95       float64 `json:"failover_p95_s"`
 	Max       float64 `json:"failover_max_s"`
 	KnewP50   float64 `json:"old_knew_p50_s"` // -1: the old leader never learned
@@ -65,8 +66,12 @@ func summarize(trials []trial) []summary {
 		s := summary{Contender: k.c, Fault: k.f, Runs: len(groups[k])}
 		var fo, knew []float64
 		for _, t := range groups[k] {
-			if t.NoLeader {
+			switch {
+			case t.NoLeader:
 				s.NoLeader++
+				continue
+			case t.Missed:
+				s.Missed++
 				continue
 			}
 			if t.FailoverS < 0 {
@@ -74,7 +79,7 @@ func summarize(trials []trial) []summary {
 			} else {
 				fo = append(fo, t.FailoverS)
 			}
-			if t.KnewS < 0 && t.Fault != fSIGKILL {
+			if t.KnewS < 0 && learns(t.Fault) {
 				s.Never++
 			} else if t.KnewS >= 0 {
 				knew = append(knew, t.KnewS)
@@ -100,15 +105,19 @@ func secs(x float64) string {
 // printTable writes the failover, checker and steady-state tables; the
 // last only if there are costs.
 func printTable(w io.Writer, sums []summary, verdicts []verdict, costs []steady) {
-	tw := newTable(w, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE")
+	tw := newTable(w, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE\tTRAP MISSED")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", s.Contender, s.Fault, s.Runs, secs(s.P50), secs(s.P95), secs(s.Max), s.NoFail, secs(s.KnewP50), s.Never, s.NoLeader)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", s.Contender, s.Fault, s.Runs, secs(s.P50), secs(s.P95), secs(s.Max), s.NoFail, secs(s.KnewP50), s.Never, s.NoLeader, s.Missed)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	tw = newTable(w, "CONTENDER\tTERMS\tWRITES\tSTALE WRITES ACCEPTED\tOVERLAP TOTAL\tWORST\tACKED WRITES LOST\tVIOLATIONS")
+	tw = newTable(w, "CONTENDER\tTERMS\tWRITES\tSTALE WRITES ACCEPTED\tOVERLAP TOTAL\tWORST\tACKED WRITES LOST\tLINEARIZABLE (OPS)\tVIOLATIONS")
 	for _, v := range verdicts {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\n", v.Contender, v.Terms, v.Writes, v.Stale, secs(v.OverlapS), secs(v.WorstS), v.Lost, len(v.Violations))
+		lin := "-"
+		if v.Linearizable != "" {
+			lin = fmt.Sprintf("%s (%d)", v.Linearizable, v.Operations)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%d\n", v.Contender, v.Terms, v.Writes, v.Stale, secs(v.OverlapS), secs(v.WorstS), v.Lost, lin, len(v.Violations))
 	}
 	tw.Flush()
 	if len(costs) > 0 {
