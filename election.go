@@ -179,6 +179,11 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 	w, err := e.side.acquire(waitCtx, try)
 	if err != nil {
 		e.end(claim)
+		if permanent(err) {
+			// Retrying cannot help: a candidate row left behind would list,
+			// and offer for a hand-over, a candidate that does not campaign.
+			e.leave(waitCtx)
+		}
 		return nil, refusal(err) // whichever statement opened the refused session
 	}
 	failpoint.Hit(waitCtx, failpoint.Claimed)

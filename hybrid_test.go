@@ -79,9 +79,11 @@ func TestMixedStrategiesRefused(t *testing.T) {
 			if _, err := db.Exec("DELETE FROM election_candidate"); err != nil {
 				t.Fatal(err)
 			}
+			before = contentsOnceLed(t, db)
 			if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrStrategy) || !ta.IsLeader() {
 				t.Fatalf("campaign of another strategy beside an acting term: %v (first still leads: %v)", err, ta.IsLeader())
 			}
+			assertWroteNothing(t, db, before, "the campaign of another strategy beside an acting term")
 			resignAll(t, ta)
 			db.Exec("DELETE FROM election_candidate")
 			tb := await(t, campaign(ctx, b), 10*time.Second).term

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sqlelect/election/internal/faultproxy"
+	"github.com/sqlelect/election/internal/galeratest"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -31,6 +32,9 @@ type arenaSpec struct {
 	// faults are those the arena may inject; they decide whether each
 	// candidate needs its own user and fault proxy (isolating).
 	faults []string
+	// cluster, if set, is the Galera cluster behind srv (its HAProxy):
+	// candidate i connects to node i mod 3, and the node faults hit it.
+	cluster *galeratest.Cluster
 }
 
 // arena runs the candidates of one contender: one process per candidate,
@@ -43,6 +47,10 @@ type arena struct {
 	db       string
 	admin    *sql.DB // root, on the arena's database
 	self     string  // this binary, re-executed as a candidate
+	// nodes are the servers the candidates connect to (srv, or the
+	// cluster's nodes), nodeAdmins root pools on each.
+	nodes      []*mysqltest.Server
+	nodeAdmins []*sql.DB
 
 	mu      sync.Mutex
 	procs   map[string]*proc
@@ -56,6 +64,7 @@ type arena struct {
 // candidate killed by a fault comes back the same.
 type proc struct {
 	id      string
+	node    int // its server, in arena.nodes
 	user    string
 	proxy   *faultproxy.Proxy // nil unless the arena is isolated
 	cmd     *exec.Cmd
@@ -75,8 +84,23 @@ func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*aren
 	if err := a.createDatabase(ctx); err != nil {
 		return nil, err
 	}
-	if a.admin, err = sql.Open("mysql", srv.DSN(a.db)); err != nil {
+	cfg := srv.Config(a.db)
+	a.nodes = []*mysqltest.Server{srv}
+	if spec.cluster != nil {
+		// Reads that see every write the cluster committed before them.
+		cfg.Params = map[string]string{"wsrep_sync_wait": "15"}
+		a.nodes = []*mysqltest.Server{spec.cluster.Node(1), spec.cluster.Node(2), spec.cluster.Node(3)}
+	}
+	if a.admin, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
 		return nil, err
+	}
+	for _, n := range a.nodes {
+		admin, err := sql.Open("mysql", n.DSN(a.db))
+		if err != nil {
+			a.close()
+			return nil, err
+		}
+		a.nodeAdmins = append(a.nodeAdmins, admin)
 	}
 	if !a.isolated {
 		if err := a.createUser(ctx, a.user("all")); err != nil {
@@ -154,14 +178,17 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 // newProc creates candidate id: if the arena is isolated, with its own
 // database user and fault proxy, else with the shared user.
 func (a *arena) newProc(ctx context.Context, id string) (*proc, error) {
+	var i int
+	fmt.Sscanf(id, "c%d", &i)
+	node := i % len(a.nodes)
 	if !a.isolated {
-		return &proc{id: id, user: a.user("all")}, nil
+		return &proc{id: id, node: node, user: a.user("all")}, nil
 	}
-	p := &proc{id: id, user: a.user(id)}
+	p := &proc{id: id, node: node, user: a.user(id)}
 	if err := a.createUser(ctx, p.user); err != nil {
 		return nil, err
 	}
-	proxy, err := faultproxy.Start(a.srv.Addr())
+	proxy, err := faultproxy.Start(a.nodes[node].Addr())
 	if err != nil {
 		return nil, fmt.Errorf("starting the fault proxy of %s: %w", id, err)
 	}
@@ -192,7 +219,7 @@ func (a *arena) createUser(ctx context.Context, name string) error {
 // command is the candidate process of p, connecting as its user, through
 // its proxy if it has one.
 func (a *arena) command(p *proc) *exec.Cmd {
-	cfg := a.srv.Config(a.db)
+	cfg := a.nodes[p.node].Config(a.db)
 	cfg.User, cfg.Passwd = p.user, "bench"
 	if p.proxy != nil {
 		cfg.Addr = p.proxy.Addr()
@@ -454,4 +481,7 @@ func (a *arena) close() {
 	}
 	a.mu.Unlock()
 	a.admin.Close()
+	for _, admin := range a.nodeAdmins {
+		admin.Close()
+	}
 }

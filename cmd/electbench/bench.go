@@ -49,7 +49,7 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 		return err
 	}
 	defer srv.Close()
-	fl = faultsFor(srv, fl)
+	fl = faultsFor(srv, nil, fl)
 	res := results{Server: srv.Describe(), Timing: o.tm}
 	for _, c := range cs {
 		spec := arenaSpec{contender: c, tm: o.tm, candidates: o.candidates, faults: fl}

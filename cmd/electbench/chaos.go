@@ -5,11 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sqlelect/election/internal/galeratest"
+	"github.com/sqlelect/election/internal/mysqltest"
 )
 
 // chaosPlan is what the chaos subcommand's own flags ask for.
@@ -19,24 +22,29 @@ type chaosPlan struct {
 	duration  time.Duration // 0: no bound but faults
 	kinds     []string      // the faults to draw from
 	seed      uint64
+	galera    bool // on a private Galera cluster instead of one server
 }
 
 // chaosMain injects random faults into one contender, then runs the checker.
-func chaosMain(ctx context.Context, args []string, out *os.File) error {
+func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	var o options
 	p, err := parseChaos(args, &o)
 	if err != nil {
 		return err
 	}
-	srv, err := o.server(ctx)
+	srv, cluster, err := p.server(ctx, &o)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	if p.kinds = trapsFor(p.contender, faultsFor(srv, p.kinds)); len(p.kinds) == 0 {
+	if cluster != nil {
+		defer cluster.Close()
+	} else {
+		defer srv.Close()
+	}
+	if p.kinds = trapsFor(p.contender, faultsFor(srv, cluster, p.kinds)); len(p.kinds) == 0 {
 		return errors.New("no fault to draw from: a server given by -dsn is not restarted, and only this library's strategies have traps")
 	}
-	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds})
+	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds, cluster: cluster})
 	if err != nil {
 		return err
 	}
@@ -81,8 +89,12 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	duration := fs.Duration("duration", 0, "stop injecting after this long (0: after -faults)")
 	faults := fs.String("fault-kinds", join(allFaults), "faults to draw from")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed, to replay a run")
+	galera := fs.Bool("galera", false, "run on a private three-node Galera cluster (installs its packages when missing); lease contender only")
 	if err := fs.Parse(args); err != nil {
 		return chaosPlan{}, err
+	}
+	if *galera && (*contender != libLease || o.dsn != "") {
+		return chaosPlan{}, fmt.Errorf("-galera runs the %s contender on a cluster of its own: not -contender %s (GetLock is refused on Galera) nor -dsn", libLease, *contender)
 	}
 	if err := known("contender", []string{*contender}, allContenders); err != nil {
 		return chaosPlan{}, err
@@ -91,7 +103,24 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	if err := known("fault", kinds, allFaults); err != nil {
 		return chaosPlan{}, err
 	}
-	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed}, nil
+	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed, galera: *galera}, nil
+}
+
+// server starts what the plan runs on: a Galera cluster, whose HAProxy
+// serves as the arena's server, or the options' server.
+func (p *chaosPlan) server(ctx context.Context, o *options) (*mysqltest.Server, *galeratest.Cluster, error) {
+	if !p.galera {
+		srv, err := o.server(ctx)
+		return srv, nil, err
+	}
+	if why := galeratest.EnsurePackages(); why != "" {
+		return nil, nil, fmt.Errorf("-galera: %s", why)
+	}
+	cluster, err := galeratest.Start(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cluster.Proxy(), cluster, nil
 }
 
 // torture injects faults drawn at random from the plan's kinds, at random

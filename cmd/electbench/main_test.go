@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlelect/election/internal/galeratest"
 	"github.com/sqlelect/election/internal/leakcheck"
 )
 
@@ -66,6 +67,30 @@ func TestChaos(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A short chaos run of the LeaseRow strategy on a three-node Galera
+// cluster, each candidate on its own node: the process, network, trap and
+// node faults (a node SIGKILLed and restarted, SIGSTOPped and continued);
+// both checkers must pass the history.
+func TestChaosOnGalera(t *testing.T) {
+	if why := galeratest.EnsurePackages(); why != "" {
+		t.Skip("no Galera cluster: " + why)
+	}
+	var out bytes.Buffer
+	err := chaosMain(context.Background(), []string{"-galera", "-contender", libLease, "-faults", "12", "-seed", "7",
+		"-interval", "100ms", "-lease", "1s", "-margin", "1s", "-limit", "20s"}, &out)
+	if err != nil || !strings.Contains(out.String(), "no violation") || !strings.Contains(out.String(), "12 faults") {
+		t.Fatalf("chaos on Galera: %v\n%s", err, out.String())
+	}
+	for _, f := range []string{fNodeKill, fNodeStop, fFencedStop, fClaimedKill} {
+		if !regexp.MustCompile(`\b` + f + `:[1-9]`).Match(out.Bytes()) {
+			t.Errorf("fault %s was not injected:\n%s", f, out.String())
+		}
+	}
+	if !regexp.MustCompile(`\bOk \([1-9][0-9]*\)`).Match(out.Bytes()) {
+		t.Errorf("Porcupine did not pass the history:\n%s", out.String())
 	}
 }
 

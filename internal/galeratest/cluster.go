@@ -414,7 +414,7 @@ func (c *Cluster) Need(t testing.TB) *Cluster {
 // (Cluster.Need); when they are there but the cluster does not start, it
 // fails.
 func Main(m *testing.M, use func(*Cluster)) int {
-	if why := ensurePackages(); why != "" {
+	if why := EnsurePackages(); why != "" {
 		fmt.Fprintln(os.Stderr, "galeratest: the Galera tests skip:", why)
 		use(&Cluster{unavailable: why})
 		return m.Run()

@@ -57,12 +57,12 @@ func exists(path string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// ensurePackages installs the packages that are missing, as
+// EnsurePackages installs the packages that are missing, as
 // scripts/mariadb.sh installs the single server: apt-get as root, or
 // through sudo when it needs no password. It returns why it could not
 // (no apt-get, not root and no sudo, apt-get failed), "" when everything
 // is there.
-func ensurePackages() (cannot string) {
+func EnsurePackages() (cannot string) {
 	var missing []string
 	for _, p := range packages {
 		if !p.present() {
