@@ -124,7 +124,9 @@ type Config struct {
 // the one that called Operator.Demote): they must be fast and must not call
 // the Elector or the Operator.
 type Observer struct {
-	// TermStarted: this candidate began a term.
+	// TermStarted: this candidate began a term. A term whose lease ran out
+	// before Campaign could return it is reported too, and ends at once
+	// (TermEnded).
 	TermStarted func(election, identity string, token uint64)
 	// TermEnded: the term ended; reason is as in TermRecord.Reason.
 	TermEnded func(election, identity string, token uint64, reason string)

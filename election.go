@@ -178,12 +178,13 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 	e.st.payOwed(waitCtx)
 	w, err := e.side.acquire(waitCtx, try)
 	if err != nil {
-		e.end(claim)
 		if permanent(err) {
 			// Retrying cannot help: a candidate row left behind would list,
 			// and offer for a hand-over, a candidate that does not campaign.
+			// Before end: a campaign begun after it writes a row of its own.
 			e.leave(waitCtx)
 		}
+		e.end(claim)
 		return nil, refusal(err) // whichever statement opened the refused session
 	}
 	failpoint.Hit(waitCtx, failpoint.Claimed)

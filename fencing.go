@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqlelect/election/internal/failpoint"
 )
 
 // StaleTokenError reports a write refused because a newer term exists (or
@@ -131,6 +132,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		clean = tx.Rollback() == nil
 		return t.staleOr(ctx, lock, err)
 	}
+	failpoint.Hit(ctx, failpoint.Committing)
 	if err := tx.Commit(); err != nil {
 		if rolledBack(err) {
 			return t.staleOr(ctx, lock, fmt.Errorf("election: fenced transaction: committing: %w", err))

@@ -178,9 +178,9 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 // newProc creates candidate id: if the arena is isolated, with its own
 // database user and fault proxy, else with the shared user.
 func (a *arena) newProc(ctx context.Context, id string) (*proc, error) {
-	var i int
-	fmt.Sscanf(id, "c%d", &i)
-	node := i % len(a.nodes)
+	a.mu.Lock()
+	node := len(a.procs) % len(a.nodes) // round robin, in the order made
+	a.mu.Unlock()
 	if !a.isolated {
 		return &proc{id: id, node: node, user: a.user("all")}, nil
 	}

@@ -135,25 +135,27 @@ func registerHistory(log []event, reads []regRead, committed map[string]int64) [
 			returns[e.Op] = e
 		}
 	}
-	// Known returns by row: each bounds the commits of every row before it.
-	type done struct{ id, at int64 }
+	// Known returns by row: a write's bounds the commits of every row
+	// before its own, a read's those up to the row it saw. Keyed 2·id and
+	// 2·id + 1, so that one search (key > 2·id) finds both.
+	type done struct{ key, at int64 }
 	var known []done
 	for op, r := range returns {
 		if id, ok := committed[op]; ok && r.OK {
-			known = append(known, done{id, r.At})
+			known = append(known, done{2 * id, r.At})
 		}
 	}
 	for _, r := range reads {
 		if id, ok := committed[r.Seen.Op]; ok {
-			known = append(known, done{id, r.Return})
+			known = append(known, done{2*id + 1, r.Return})
 		}
 	}
-	slices.SortFunc(known, func(x, y done) int { return cmp.Compare(x.id, y.id) })
+	slices.SortFunc(known, func(x, y done) int { return cmp.Compare(x.key, y.key) })
 	for i := len(known) - 2; i >= 0; i-- { // suffix minimum
 		known[i].at = min(known[i].at, known[i+1].at)
 	}
 	bound := func(id int64) int64 {
-		i := sort.Search(len(known), func(i int) bool { return known[i].id > id })
+		i := sort.Search(len(known), func(i int) bool { return known[i].key > 2*id })
 		if i == len(known) {
 			return math.MaxInt64
 		}
@@ -182,9 +184,9 @@ func registerHistory(log []event, reads []regRead, committed map[string]int64) [
 // operations, each with the state it starts from. Porcupine's memory grows
 // with the square of a history's length; a cut is made only where no
 // operation is in flight (each piece's operations precede the next's) and
-// one accepted write precedes every other of its piece (so it is the last,
-// and the state at the cut is known): checking the pieces in turn is then
-// checking the whole.
+// every other accepted write of the piece precedes one of them in real time
+// (so that one is the last in any order, and the state at the cut is
+// known): checking the pieces in turn is then checking the whole.
 func segments(ops []porcupine.Operation, size int) (pieces [][]porcupine.Operation, starts []regState) {
 	state, from := regState{}, 0
 	for i := range ops {
@@ -206,8 +208,9 @@ func segments(ops []porcupine.Operation, size int) (pieces [][]porcupine.Operati
 	return pieces, starts
 }
 
-// endState is the state after piece, from state, if one accepted write of
-// piece precedes every other in real time; ok is false if that is not known.
+// endState is the state after piece, from state, if every other accepted
+// write of piece precedes one of them in real time; ok is false if that is
+// not known.
 func endState(state regState, piece []porcupine.Operation) (regState, bool) {
 	var (
 		last         *porcupine.Operation
@@ -266,12 +269,17 @@ func checkRegister(ops []porcupine.Operation, size int, timeout time.Duration) (
 	deadline := time.Now().Add(timeout)
 	for i, piece := range pieces {
 		left := time.Until(deadline)
-		if left <= 0 { // Porcupine takes no timeout as none
+		if left <= 0 { // Porcupine takes a zero timeout as none
 			return porcupine.Unknown, fmt.Sprintf("%d of %d pieces checked", i, len(pieces))
 		}
-		res, info := porcupine.CheckOperationsVerbose(fencedRegister(starts[i]), piece, left)
-		if res != porcupine.Ok {
+		model := fencedRegister(starts[i])
+		switch res := porcupine.CheckOperationsTimeout(model, piece, left); res {
+		case porcupine.Illegal:
+			// Again, keeping what describes it (which costs memory).
+			_, info := porcupine.CheckOperationsVerbose(model, piece, 0)
 			return res, describeIllegal(piece, info)
+		case porcupine.Unknown:
+			return res, fmt.Sprintf("piece %d of %d, of %d operations", i+1, len(pieces), len(piece))
 		}
 	}
 	return porcupine.Ok, ""

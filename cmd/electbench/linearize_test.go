@@ -17,6 +17,7 @@ import (
 // with Porcupine on the whole history, and there are several.
 func TestSegmentsCheckTheWhole(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	overlaps := 0 // writes of two terms in flight at once
 	for run := range 40 {
 		planted := run%2 == 1
 		var ops []porcupine.Operation
@@ -29,8 +30,9 @@ func TestSegmentsCheckTheWhole(t *testing.T) {
 			for i := range 20 + rng.IntN(20) {
 				op := fmt.Sprintf("%d.%d", term, i)
 				if i == 0 && term > 1 && rng.IntN(2) == 0 {
-					// The new term's first write overlaps the last of the old.
-					write(term, op, at-5, at+3)
+					// The new term's first write overlaps what came last:
+					// the old term's last write, or a read.
+					write(term, op, at-9, at+3)
 				} else {
 					write(term, op, at, at+3)
 				}
@@ -58,6 +60,12 @@ func TestSegmentsCheckTheWhole(t *testing.T) {
 				}
 			}
 		}
+		for i := 1; i < len(ops); i++ {
+			x, y := ops[i-1], ops[i]
+			if x.Input.(regInput).Write && y.Input.(regInput).Write && x.Input.(regInput).Token != y.Input.(regInput).Token && y.Call <= x.Return {
+				overlaps++
+			}
+		}
 		pieces, _ := segments(ops, 100)
 		whole := porcupine.CheckOperations(fencedRegister(regState{}), ops)
 		res, _ := checkRegister(ops, 100, time.Minute)
@@ -65,5 +73,8 @@ func TestSegmentsCheckTheWhole(t *testing.T) {
 		if len(pieces) < 5 || whole != !planted || cut != whole {
 			t.Fatalf("run %d (planted %v): %d pieces; whole %v, pieces %v", run, planted, len(pieces), whole, cut)
 		}
+	}
+	if overlaps < 100 {
+		t.Fatalf("only %d overlapping writes of two terms", overlaps)
 	}
 }

@@ -11,7 +11,8 @@
 //
 //	electbench                      the full comparison (20 runs per fault)
 //	electbench -quick               every contender and fault once, in about two minutes
-//	electbench chaos -faults 1000   random faults against one contender, then the checker
+//	electbench chaos -faults 1000   random faults against one contender, then both checkers
+//	electbench chaos -galera -contender lease   the same on a private three-node Galera cluster
 //	electbench scale                cost and SIGKILL failover at 3 and at 1000 candidates, and 100 elections per process
 //	electbench report -svg c.svg a.json b.json   one table and chart from several runs
 //
@@ -37,8 +38,13 @@
 //     events, and who leads.
 //   - faults.go: the faults and what injecting one into the leader does,
 //     how the parent waits for the next leader, and how it heals.
+//   - trap.go: the faults at the worst moments: a candidate stops or kills
+//     itself at a failpoint the parent armed (granted the lock, claimed,
+//     inside a fenced transaction before its COMMIT).
 //   - check.go: the checker, which reads the writes and events after the
 //     candidates stopped and finds the broken guarantees.
+//   - linearize.go: the second checker: the register's history, with the
+//     parent's reads, checked by Porcupine against a fenced register.
 //   - report.go: summaries, the tables, the SVG chart, the JSON files and the
 //     report subcommand that merges the JSON of several runs.
 //   - bench.go: the comparison (the default subcommand): every contender

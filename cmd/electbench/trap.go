@@ -28,13 +28,15 @@ const (
 	// before its term began: no lease yet, nothing returned to Run.
 	fClaimedStop = "claimed-stop"
 	fClaimedKill = "claimed-kill"
-	// The leader inside Term.Fenced, between its check and its COMMIT.
+	// The leader inside Term.Fenced, its checks passed (the epoch under a
+	// shared lock, its lease after the caller's function), its COMMIT not
+	// yet sent.
 	fFencedStop = "fenced-stop"
 	fFencedKill = "fenced-kill"
 )
 
-// pointFenced is the failpoint electbench's own fenced writes reach once
-// their statements ran, before the commit.
+// pointFenced names the fenced traps' point: Term.Fenced's, after its
+// checks, as it sends the COMMIT.
 const pointFenced = "fenced"
 
 // trapFaults are the traps, in the order the fault list gives them.
@@ -49,6 +51,14 @@ func trapOf(fault string) (point, action string, ok bool) {
 		return point, action, ok
 	}
 	return "", "", false
+}
+
+// failpointOf maps the library's failpoints to the traps' points.
+func failpointOf(point string) string {
+	if point == failpoint.Committing {
+		return pointFenced
+	}
+	return point
 }
 
 // trap is the candidate's side: the point it is armed for, if any.
@@ -125,8 +135,9 @@ func (t *trap) reach(point string) {
 func (p *proc) send(line string) { fmt.Fprintln(p.stdin, line) }
 
 // spring injects a trap fault: it arms the leader (fenced) or every other
-// candidate (locked, claimed: the leader then resigns, by SIGTERM, so that
-// a waiter wins and reaches the point), waits for the first to reach it,
+// candidate (locked, claimed: the leader then gets SIGTERM, resigns and
+// exits, so that a waiter wins and reaches the point; it is started again
+// afterwards), waits for the first to reach it,
 // disarms the rest, lets it stop or kill itself, waits for the next acting
 // leader, and heals.
 func (a *arena) spring(ctx context.Context, tr trial, point, action string, old event, limit time.Duration) (trial, error) {
@@ -174,11 +185,12 @@ func (a *arena) spring(ctx context.Context, tr trial, point, action string, old 
 			continue
 		}
 		q := a.proc(s.ID)
+		q.send("go") // a second trap, sprung before its disarm, waits for it too
 		if action == "stop" {
 			q.cmd.Process.Signal(syscall.SIGCONT)
 			continue
 		}
-		q.wait()
+		q.stop(limit) // a trap that gave up waiting for its go lives on
 		if err := a.spawn(ctx, q.id); err != nil {
 			return tr, err
 		}

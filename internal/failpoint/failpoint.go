@@ -16,6 +16,9 @@ const (
 	// token is committed) and its term has not yet begun: no lease, no
 	// keepalive, nothing returned to the caller.
 	Claimed = "claimed"
+	// Committing: Term.Fenced has run its check and the caller's function
+	// and seen its lease valid; the COMMIT is about to be sent.
+	Committing = "committing"
 )
 
 type key struct{}
