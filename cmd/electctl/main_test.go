@@ -330,9 +330,11 @@ func TestUsageAndErrors(t *testing.T) {
 		t.Fatalf("DSN without a database: %d %s", code, errOut.String())
 	}
 	errOut.Reset()
-	if code := run(ctx, []string{"status", "--dsn", server.DSN(server.NewDatabase(t))}, &out, &errOut); code != exitNotFound || !strings.Contains(errOut.String(), "CREATE TABLE") {
+	empty := server.NewDatabase(t)
+	if code := run(ctx, []string{"status", "--dsn", server.DSN(empty)}, &out, &errOut); code != exitNotFound || !strings.Contains(errOut.String(), "CREATE TABLE") {
 		t.Fatalf("missing tables: %d %s", code, errOut.String())
 	}
+	assertNoTables(t, empty, "status on a database without the tables")
 	out.Reset()
 	if code := run(ctx, []string{"schema"}, &out, &errOut); code != exitOK || strings.Count(out.String(), "CREATE TABLE") != 4 {
 		t.Fatalf("schema: %d %s", code, out.String())
@@ -355,5 +357,18 @@ func TestDeniedGrantIsRefused(t *testing.T) {
 	missing := fmt.Errorf("%w: %w", election.ErrSchema, &mysql.MySQLError{Number: 1146, Message: "Table doesn't exist"})
 	if code := c.fail(missing); code != exitNotFound {
 		t.Fatalf("a missing table: exit %d, want %d", code, exitNotFound)
+	}
+}
+
+// assertNoTables fails the test if database dbName has any table: a
+// refused command must leave nothing behind.
+func assertNoTables(t *testing.T, dbName, refused string) {
+	t.Helper()
+	var n int
+	if err := server.Open(t, "").QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", dbName).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%s made %d tables", refused, n)
 	}
 }

@@ -536,7 +536,11 @@ func TestRunTermLostStopsCommand(t *testing.T) {
 	noOverlap(t, dir)
 }
 
+// Every refused invocation of run names the fix, and touches nothing: the
+// DSN reaches a real, empty database, which stays empty.
 func TestRunUsage(t *testing.T) {
+	dbName := server.NewDatabase(t)
+	defer assertNoTables(t, dbName, "a refused electctl run")
 	for args, want := range map[string]string{
 		"run jobs true":                                            "then -- and the command",
 		"run jobs --":                                              "then -- and the command",
@@ -553,7 +557,7 @@ func TestRunUsage(t *testing.T) {
 		"run --hold -1s jobs -- true":                              "--hold -1s is negative",
 	} {
 		var out, errOut bytes.Buffer
-		code := run(context.Background(), append([]string{"--dsn", "u@tcp(127.0.0.1:1)/d"}, strings.Fields(args)...), &out, &errOut)
+		code := run(context.Background(), append([]string{"--dsn", server.DSN(dbName)}, strings.Fields(args)...), &out, &errOut)
 		if code != exitUsage || !strings.Contains(errOut.String(), want) {
 			t.Errorf("%s: exit %d, want %d and %q in:\n%s%s", args, code, exitUsage, want, out.String(), errOut.String())
 		}
