@@ -174,7 +174,7 @@ func (a *arena) spring(ctx context.Context, tr trial, point, action string, old 
 	// Heal: the resigned leader and every candidate that sprang a trap
 	// (rarely two: one disarmed too late) come back.
 	if point != pointFenced {
-		p.wait()
+		p.stop(limit) // it resigns and exits; one that hangs is killed
 		if err := a.spawn(ctx, p.id); err != nil {
 			return tr, err
 		}
@@ -185,12 +185,15 @@ func (a *arena) spring(ctx context.Context, tr trial, point, action string, old 
 			continue
 		}
 		q := a.proc(s.ID)
-		q.send("go") // a second trap, sprung before its disarm, waits for it too
 		if action == "stop" {
+			// A second trap, sprung before its disarm, was never told to
+			// go: it goes on by itself after a while. A go sent now could
+			// reach it after this SIGCONT and stop it for good.
 			q.cmd.Process.Signal(syscall.SIGCONT)
 			continue
 		}
-		q.stop(limit) // a trap that gave up waiting for its go lives on
+		q.send("go") // a second trap waits for it too
+		q.stop(limit)
 		if err := a.spawn(ctx, q.id); err != nil {
 			return tr, err
 		}

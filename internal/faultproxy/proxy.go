@@ -22,7 +22,9 @@ type Proxy struct {
 	at        func(chunk []byte) bool // starts a blackhole at a client's chunk (BlackholeAt)
 	latency   time.Duration
 	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup
+	// orphans lost their peer during a blackhole; Restore resets them.
+	orphans map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // Start listens on a free loopback port and forwards to target.
@@ -31,7 +33,7 @@ func Start(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{}), orphans: make(map[net.Conn]struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -53,8 +55,27 @@ func (p *Proxy) Blackhole() { p.set(func() { p.blackhole = true }) }
 func (p *Proxy) BlackholeAt(at func(chunk []byte) bool) { p.set(func() { p.at = at }) }
 
 // Restore ends a blackhole, removes added latency and a trigger that has
-// not fired.
-func (p *Proxy) Restore() { p.set(func() { p.blackhole, p.latency, p.at = false, 0, nil }) }
+// not fired. A connection whose peer ended during the blackhole is reset
+// now, as when a partition heals and a retransmission meets the peer's
+// reset: left open, its client would wait for a reply forever.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackhole, p.latency, p.at = false, 0, nil
+	for c := range p.orphans {
+		reset(c)
+		delete(p.conns, c)
+	}
+	clear(p.orphans)
+}
+
+// reset closes c with a TCP RST.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
 
 // Latency delays every chunk of data by d in each direction.
 func (p *Proxy) Latency(d time.Duration) { p.set(func() { p.latency = d }) }
@@ -64,10 +85,7 @@ func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		c.Close()
+		reset(c)
 	}
 }
 
@@ -152,7 +170,13 @@ func (p *Proxy) pump(dst, src net.Conn, fromClient bool) {
 			}
 		}
 		if err != nil {
-			if blackhole, _ := p.state(nil, false); !blackhole || errors.Is(err, net.ErrClosed) {
+			p.mu.Lock()
+			orphaned := p.blackhole && !errors.Is(err, net.ErrClosed)
+			if orphaned {
+				p.orphans[dst] = struct{}{}
+			}
+			p.mu.Unlock()
+			if !orphaned {
 				p.untrack(dst)
 			}
 			return

@@ -107,7 +107,8 @@ func TestRestoreRemovesTrigger(t *testing.T) {
 
 // A server that resets its side during a blackhole (as a wait_timeout may)
 // is not heard: the client's read waits, as across a partition, where it
-// would have ended at once with the reset passed on.
+// would have ended at once with the reset passed on; it is heard once the
+// blackhole ends.
 func TestBlackholeHidesAServerReset(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -145,5 +146,12 @@ func TestBlackholeHidesAServerReset(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("the client heard %v through the blackhole, want nothing", err)
+	}
+	// Once the partition heals, the client learns that its server is gone,
+	// as a retransmission would: left open, it would wait forever.
+	p.Restore()
+	c.SetReadDeadline(time.Now().Add(time.Minute)) // a guard against a hang only
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("after the blackhole the client read %v, want the connection ended", err)
 	}
 }
