@@ -683,14 +683,9 @@ func TestFirstUseIsBounded(t *testing.T) {
 			c := fast
 			c.Strategy = s
 			e := newElectorWith(t, db, "first", c)
-			done := make(chan error, 1)
-			go func() {
-				_, err := e.Campaign(context.Background())
-				done <- err
-			}()
 			select {
-			case err := <-done:
-				if !errors.Is(err, context.DeadlineExceeded) {
+			case r := <-campaign(context.Background(), e):
+				if err := r.err; !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("first campaign against %s: %v, want it to give up by itself", what, err)
 				}
 			case <-time.After(time.Minute): // a guard against a hang, not a bound on speed
@@ -753,13 +748,9 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 				c := fast
 				c.Strategy, c.Identity = s, "a"
 				e := newElectorWith(t, db, "steps", c)
-				done := make(chan error, 1)
-				go func() {
-					_, err := e.Campaign(context.Background())
-					done <- err
-				}()
 				select {
-				case err := <-done:
+				case r := <-campaign(context.Background(), e):
+					err := r.err
 					if !fired.Load() {
 						t.Fatalf("the campaign never sent %q (it returned %v): the step list is out of date", st.statement, err)
 					}

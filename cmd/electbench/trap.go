@@ -137,9 +137,8 @@ func (p *proc) send(line string) { fmt.Fprintln(p.stdin, line) }
 // spring injects a trap fault: it arms the leader (fenced) or every other
 // candidate (locked, claimed: the leader then gets SIGTERM, resigns and
 // exits, so that a waiter wins and reaches the point; it is started again
-// afterwards), waits for the first to reach it,
-// disarms the rest, lets it stop or kill itself, waits for the next acting
-// leader, and heals.
+// afterwards), waits for the first to reach it, disarms the rest, lets it
+// stop or kill itself, waits for the next acting leader, and heals.
 func (a *arena) spring(ctx context.Context, tr trial, point, action string, old event, limit time.Duration) (trial, error) {
 	p := a.proc(old.ID)
 	var armed []*proc
