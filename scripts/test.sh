@@ -33,8 +33,4 @@ GOTOOLCHAIN=$oldest go vet "$pkgs"
 bash scripts/spin.sh
 ensure_mariadb
 ensure_galera
-# electctl's tests time real processes against each other (signals, its
-# watchdog); beside electbench's chaos tests one of them has timed out
-# (TestRunForwardsSignals, not yet explained), so they run after the rest.
-go test -race -count=1 -timeout 20m "$@" $(go list "$pkgs" | grep -v '/cmd/electctl$')
-go test -race -count=1 -timeout 20m "$@" github.com/sqlelect/election/cmd/electctl
+go test -race -count=1 -timeout 20m "$@" "$pkgs"
