@@ -231,7 +231,7 @@ func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
 	if err := db.QueryRow("SELECT lock_name FROM election_record").Scan(&lock); err != nil {
 		t.Fatal(err)
 	}
-	rogue := startRogueLeader(t, db, lock)
+	rogue := startRogueLeader(t, db, lock, 2*time.Second)
 	rb := campaign(ctx, b)
 	ops := newOperator(t, db, "rogue")
 	killed, err := ops.Demote(ctxFor(t, 20*time.Second))
@@ -249,6 +249,66 @@ func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
 	}
 }
 
+// The lock-delay owed after a forced end outlives the term that owed it: a
+// demoted leader that ignored the demotion is killed; the next term (b's)
+// owes its lease, and ends before that is over, gracefully (b's Campaign's
+// context ends); the term after it (c's), whose predecessor owes nothing,
+// still does not act before the killed leader's lease has ended (the
+// model's first finding, docs/protocol.md).
+func TestLockDelayOutlivesTheTermThatOwedIt(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	b := newElector(t, election.GetLock, db, "carry", "b")
+	resignAll(t, await(t, campaign(ctx, b), 10*time.Second).term)
+	var lock string
+	if err := db.QueryRow("SELECT lock_name FROM election_record").Scan(&lock); err != nil {
+		t.Fatal(err)
+	}
+	// A long lease, so that b certainly claims while it still runs.
+	const lease = 4 * time.Second
+	rogue := startRogueLeader(t, db, lock, lease)
+	ctxB, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	rb := campaign(ctxB, b)
+	if killed, err := newOperator(t, db, "carry").Demote(ctxFor(t, 20*time.Second)); err != nil || !killed {
+		t.Fatalf("demote of a leader that ignores it: killed %v, err %v", killed, err)
+	}
+	leaseEnd := rogue.lastRenewal().Add(lease)
+	// b claims, and waits out the lock-delay; its Campaign ends meanwhile.
+	for {
+		var holder, state string
+		if err := db.QueryRowContext(ctx, "SELECT holder, state FROM election_record").Scan(&holder, &state); err != nil {
+			t.Fatal(err)
+		}
+		if holder == "b" && state == "leading" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case r := <-rb:
+		t.Fatalf("b's campaign returned (%v) before its lock-delay could have ended", r.err)
+	default:
+	}
+	cancelB()
+	if r := <-rb; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("b's campaign, ended during its lock-delay: %v, want context.Canceled", r.err)
+	}
+	var state string
+	if err := db.QueryRowContext(ctx, "SELECT state FROM election_record").Scan(&state); err != nil || state != "resigned" {
+		t.Fatalf("b's term, ended during its lock-delay, is recorded %q (%v), want resigned: a predecessor that owes nothing itself", state, err)
+	}
+	r := await(t, campaign(ctx, newElector(t, election.GetLock, db, "carry", "c")), 20*time.Second)
+	var now string
+	if err := db.QueryRow("SELECT UTC_TIMESTAMP(6)").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if started := parseDBTime(t, now); started.Before(leaseEnd) {
+		t.Fatalf("c's term (token %d) acted at %v, before the killed leader's lease ended at %v", r.term.Token(), started, leaseEnd)
+	}
+}
+
 type rogueLeader struct {
 	mu   sync.Mutex
 	last time.Time
@@ -261,8 +321,9 @@ func (r *rogueLeader) lastRenewal() time.Time {
 }
 
 // startRogueLeader takes the election's lock on a session of its own and
-// renews the record every 100ms, ignoring demotion requests, until killed.
-func startRogueLeader(t *testing.T, db *sql.DB, lock string) *rogueLeader {
+// renews the record every 100ms with the given lease, ignoring demotion
+// requests, until killed.
+func startRogueLeader(t *testing.T, db *sql.DB, lock string, lease time.Duration) *rogueLeader {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
@@ -285,7 +346,7 @@ func startRogueLeader(t *testing.T, db *sql.DB, lock string) *rogueLeader {
 			return err
 		}
 		_, err := conn.ExecContext(ctx, "UPDATE election_record SET state = 'leading', epoch = (SELECT epoch FROM election_epoch WHERE lock_name = ?), "+
-			"holder = 'rogue', conn_id = ?, lease_us = 2000000, ended_at = NULL, renewed_at = ? WHERE lock_name = ?", lock, id, now, lock)
+			"holder = 'rogue', conn_id = ?, lease_us = ?, ended_at = NULL, renewed_at = ? WHERE lock_name = ?", lock, id, lease.Microseconds(), now, lock)
 		if err == nil {
 			r.mu.Lock()
 			r.last = parseDBTime(t, now)

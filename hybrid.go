@@ -296,7 +296,9 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 		err := rows.Scan(&r.Name, &r.Strategy, &r.State, &r.Token, &r.Identity, &r.Host, &r.PID, &r.ConnID,
 			&since, &renewed, &ended, &ago, &leased, &owner, &demoted, &handTo)
 		r.Since, r.Renewed, r.Ended = fromMicros(since), fromMicros(renewed), fromMicros(ended)
-		r.RenewedAgo, r.Expiry, r.DemotedAgo = micros(ago), micros(leased), micros(demoted)
+		// An age is taken at the statement's start, the row read after it:
+		// a renewal committed in between is a few µs in the future.
+		r.RenewedAgo, r.Expiry, r.DemotedAgo = max(micros(ago), 0), micros(leased), max(micros(demoted), 0)
 		r.LockConnID, r.HandoverTo = uint64(owner.Int64), handTo.String
 		return r, err
 	})

@@ -93,6 +93,7 @@ func ddl(t tables) []string {
 			"  demote_at      DATETIME(6) NULL,\n" +
 			"  handover_to    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,\n" +
 			"  handover_until DATETIME(6) NULL,\n" +
+			"  " + delayColumn + ",\n" +
 			"  PRIMARY KEY (lock_name)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
@@ -139,13 +140,34 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 	return createSchema(ctx, db, tablesFor(prefix))
 }
 
-// serverColumn is the term table's column added after the first release:
-// the database server that granted the term (see TermRecord.Server).
-const serverColumn = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
+// The columns added after the first release; a candidate adds them to
+// tables made before them (upgrade):
+//   - serverColumn, the term table's: the database server that granted the
+//     term (see TermRecord.Server);
+//   - delayColumn, the record's: when the lock-delay owed after a forced end
+//     is over, on the database clock; every term until then owes it too
+//     (docs/protocol.md, "Demote and hand-over").
+const (
+	serverColumn = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
+	delayColumn  = "delay_until    DATETIME(6) NULL"
+)
 
-// upgrade is the statement that adds serverColumn to tables made before it.
+// added names each added column, with its table and the statement that
+// adds it; the order of the list is the order they were added in.
+func (t tables) added() []struct{ table, column, alter string } {
+	return []struct{ table, column, alter string }{
+		{t.term, "server", "ALTER TABLE `" + t.term + "` ADD COLUMN " + serverColumn + " AFTER pid"},
+		{t.record, "delay_until", "ALTER TABLE `" + t.record + "` ADD COLUMN " + delayColumn + " AFTER handover_until"},
+	}
+}
+
+// upgrade is the statements that add every added column, for an error's fix.
 func (t tables) upgrade() string {
-	return "ALTER TABLE `" + t.term + "` ADD COLUMN " + serverColumn + " AFTER pid"
+	var stmts []string
+	for _, a := range t.added() {
+		stmts = append(stmts, a.alter)
+	}
+	return strings.Join(stmts, ";\n")
 }
 
 func createSchema(ctx context.Context, db *sql.DB, t tables) error {
@@ -162,8 +184,28 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 	if err := checkSchema(ctx, db, t); !isOld(err) {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, t.upgrade()); err != nil && !isDuplicateColumn(err) {
-		return fmt.Errorf("election: adding the term table's server column: %w", schemaError(t, err))
+	return addColumns(ctx, db, t)
+}
+
+// addColumns adds the columns that tables of an earlier version lack. An
+// ALTER waits for the table's metadata lock, and every statement on the
+// table queues behind it, a leader's keepalives among them: its session
+// gives up after a second, not after lock_wait_timeout's default (a day or
+// a year), should a long transaction hold the table; the next campaign
+// tries again.
+func addColumns(ctx context.Context, db *sql.DB, t tables) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("election: adding the columns of this version: %w", refusal(err))
+	}
+	defer drop(conn) // not back to the pool with that lock_wait_timeout
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1"); err != nil {
+		return fmt.Errorf("election: adding the columns of this version: %w", refusal(err))
+	}
+	for _, a := range t.added() {
+		if _, err := conn.ExecContext(ctx, a.alter); err != nil && !isDuplicateColumn(err) {
+			return fmt.Errorf("election: adding the column %s to `%s`: %w", a.column, a.table, schemaError(t, err))
+		}
 	}
 	return nil
 }
@@ -176,13 +218,15 @@ func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
 			return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
 		}
 	}
-	if _, err := db.ExecContext(ctx, "SELECT server FROM `"+t.term+"` LIMIT 0"); err != nil {
-		return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
+	for _, a := range t.added() {
+		if _, err := db.ExecContext(ctx, "SELECT "+a.column+" FROM `"+a.table+"` LIMIT 0"); err != nil {
+			return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
+		}
 	}
 	return nil
 }
 
-// isOld: tables made before serverColumn was.
+// isOld: tables made before one of the added columns was.
 func isOld(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1054 // unknown column
@@ -217,6 +261,8 @@ func schemaError(t tables, err error) error {
 		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
 	case 1054: // no such column: tables made by an earlier version
 		return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library: a candidate adds the column on first use, unless Config.SkipCreateTables is set; or run this as a user with ALTER privilege:\n%s;", ErrSchema, err, t.upgrade())
+	case 1205: // a lock wait timed out: addColumns' ALTER, behind a transaction
+		return fmt.Errorf("%w; a transaction holds the table: the next campaign tries again, or run as a user with ALTER privilege, when it is idle:\n%s;", err, t.upgrade())
 	case 1146: // no such table
 		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s%s", ErrSchema, err, prefix, fix)
 	case 1046: // no database selected

@@ -246,10 +246,11 @@ func TestREADMEGrantsAreEnough(t *testing.T) {
 	}
 }
 
-// Tables made by the first release lack the term table's server column: a
-// candidate adds it on first use and records the server; with
-// SkipCreateTables, or for a user without ALTER, the error gives the
-// statement, and nothing is written.
+// Tables made by the first release lack the term table's server column,
+// and tables made before the lock-delay was carried over the record's
+// delay_until: a candidate adds both on first use and records the server;
+// with SkipCreateTables, or for a user without ALTER, the error gives the
+// statements, and nothing is written.
 func TestTablesOfAnEarlierVersion(t *testing.T) {
 	t.Parallel()
 	dbName := server.NewDatabase(t)
@@ -265,17 +266,21 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 		if err := election.CreateSchema(ctx, admin, ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admin.ExecContext(ctx, "ALTER TABLE election_term DROP COLUMN server"); err != nil {
-			t.Fatal(err)
+		for _, stmt := range []string{"ALTER TABLE election_term DROP COLUMN server", "ALTER TABLE election_record DROP COLUMN delay_until"} {
+			if _, err := admin.ExecContext(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	const alter = "ALTER TABLE `election_term` ADD COLUMN server"
+	const alterRecord = "ALTER TABLE `election_record` ADD COLUMN delay_until"
 
 	old()
 	before := contents(t, admin)
 	skip := fast
 	skip.SkipCreateTables = true
-	if _, err := newElectorWith(t, admin, "old", skip).Campaign(ctx); !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alter) {
+	if _, err := newElectorWith(t, admin, "old", skip).Campaign(ctx); !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alter) ||
+		!strings.Contains(err.Error(), alterRecord) {
 		t.Errorf("campaign with SkipCreateTables on old tables: %v", err)
 	}
 	user := openAsUser(t, dbName, "old_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
@@ -296,6 +301,49 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 	if err != nil || len(hist) != 1 || hist[0].Server != want || want == "" {
 		t.Errorf("history on upgraded tables: %+v, %v; want the server %q", hist, err, want)
 	}
+	if _, err := admin.ExecContext(ctx, "SELECT delay_until FROM election_record LIMIT 0"); err != nil {
+		t.Errorf("the record's delay_until after the upgrade: %v", err)
+	}
+}
+
+// An upgrade that meets a transaction holding the record (an operator's
+// open session, say) gives up by the server's lock wait of a second, not
+// at the setup's bound (L + S): every statement on the record, a leader's
+// keepalives among them, queues behind a waiting ALTER. It leaves no ALTER
+// queued (MariaDB also drops one whose client has gone), and the next
+// campaign, once the transaction is over, upgrades and leads.
+func TestUpgradeBehindATransactionLeavesNothingQueued(t *testing.T) {
+	t.Parallel()
+	dbName := server.NewDatabase(t)
+	admin := server.Open(t, dbName)
+	ctx := ctxFor(t, time.Minute)
+	if err := election.CreateSchema(ctx, admin, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, "ALTER TABLE election_record DROP COLUMN delay_until"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SELECT COUNT(*) FROM election_record"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = newElectorWith(t, admin, "queued", fast).Campaign(ctx)
+	if !strings.Contains(err.Error(), "a transaction holds the table") || !strings.Contains(err.Error(), "ADD COLUMN delay_until") {
+		t.Fatalf("campaign whose upgrade waits behind a transaction: %v, want the lock wait named, with the statement", err)
+	}
+	// With the transaction still open, the record is readable: no ALTER
+	// is queued for its lock.
+	readCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(readCtx, "SELECT COUNT(*) FROM election_record"); err != nil {
+		t.Fatalf("reading the record after the upgrade gave up: %v (an ALTER still queued?)", err)
+	}
+	tx.Rollback()
+	resignAll(t, await(t, campaign(ctx, newElectorWith(t, admin, "queued", fast)), 10*time.Second).term)
 }
 
 // SchemaDDL, CreateSchema and Elections refuse a prefix that is no table

@@ -31,6 +31,7 @@ type predecessor struct {
 	seenUS                          int64 // its last sign of life: its recorded end, else its last renewal
 	strategy, state                 sql.NullString
 	session, owner, leaseLeftUS     sql.NullInt64
+	delayLeftUS                     sql.NullInt64 // the lock-delay still owed, carried over from an earlier term (delay_until)
 	stale, forced, overdue, handing sql.NullBool
 }
 
@@ -55,7 +56,7 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 		if delay, err = s.succeed(p); err != nil {
 			return 0, 0, p, err
 		}
-		token, err = s.claim(ctx, q, lock, session, p)
+		token, err = s.claim(ctx, q, lock, session, p, delay)
 		if conflict(err) { // the claim's transaction lost to another's
 			err = errRaced
 		}
@@ -93,9 +94,10 @@ func (s opener) predecessor(ctx context.Context, q querier, lock string) (predec
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), delay_until), "+
 		s.handingOver("r")+" FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock)).
 		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.seenUS, &p.strategy, &p.state, &p.session, &p.owner,
-			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.handing)
+			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.delayLeftUS, &p.handing)
 	if err != nil {
 		return p, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
 	}
@@ -131,7 +133,10 @@ func (s opener) handingOver(r string) string {
 //     pending;
 //   - when the last term was asked to step down (or was killed as stuck)
 //     and did not end gracefully, the new term must not act before that
-//     leader's lease has certainly expired: the lock-delay.
+//     leader's lease has certainly expired: the lock-delay. A lock-delay
+//     still running is owed too, whoever owed it first: the term that owed
+//     it may have ended before it was over (it crashed, or its Campaign's
+//     context ended), and ended gracefully, and so owes nothing itself.
 func (s opener) succeed(p predecessor) (time.Duration, error) {
 	// Does the last term still act, by its own strategy's rules?
 	acting := p.state.String == stateLeading && !p.stale.Bool &&
@@ -151,13 +156,15 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 	case stateHangKilled, stateDemoteKilled:
 		killed = true
 	}
-	if (killed || p.forced.Bool) && !graceful && p.leaseLeftUS.Int64 > 0 {
-		return time.Duration(p.leaseLeftUS.Int64) * time.Microsecond, nil
+	owed := max(p.delayLeftUS.Int64, 0)
+	if (killed || p.forced.Bool) && !graceful {
+		owed = max(owed, p.leaseLeftUS.Int64)
 	}
-	return 0, nil
+	return time.Duration(owed) * time.Microsecond, nil
 }
 
-// claim writes the new term's record (requests cleared), only if the
+// claim writes the new term's record (requests cleared, the lock-delay's
+// end set: from the claim, not the read, which only makes it later), only if the
 // record is still as read: same epoch, the last term does not act (a lease
 // renewed since the read, a GetLock holder alive) and no hand-over became
 // pending; otherwise it returns errRaced. In the same
@@ -174,7 +181,7 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 // failover that takes longer than the two servers' clocks differ leaves
 // them all below the replica's clock (docs/protocol.md, "Replicas and a
 // failover of the database").
-func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor) (uint64, error) {
+func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor, delay time.Duration) (uint64, error) {
 	host, _ := os.Hostname()
 	claimed := max(p.epoch+1, p.nowUS)
 	values := []any{s.name, s.cfg.Strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
@@ -190,12 +197,16 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 		}
 		return s.bump(ctx, q, lock, session, claimed)
 	}
+	delayUntil := "NULL"
+	if delay > 0 {
+		delayUntil = text("UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND", delay.Microseconds())
+	}
 	// The bump's value depends on no column this statement assigns: a
 	// multi-table UPDATE may make its assignments in any order.
 	set := func(join string) string {
 		return text("UPDATE `"+s.tbl.record+"` r "+join+" SET r.name = ?, r.strategy = ?, r.epoch = ?, r.state = "+literal(stateLeading)+", "+
 			"r.holder = ?, r.host = ?, r.pid = ?, r.conn_id = ?, r.lease_us = ?, r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), "+
-			"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL", values...)
+			"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = "+delayUntil, values...)
 	}
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND NOT (r.state = ? AND "+ageMicros("r.renewed_at")+" <= r.lease_us AND ("+
 		"r.strategy = ? AND NOT (r.demote_epoch <=> r.epoch AND "+ageMicros("r.demote_at")+" > r.lease_us) OR "+

@@ -26,9 +26,11 @@
  *   NO_MARGIN         stale (takeover, hang kill) after L, not L + S
  *   RENEW_UNCHECKED   a keepalive matches whatever term the record names
  *   COMMIT_AFTER_TERM Fenced sends its COMMIT without checking IsLeader
+ *   NO_CARRY_LOCK_DELAY the lock-delay is owed by the next term only, not
+ *                     carried over in the record until it ends
  *
- * LOCKDELAY_PROMISE makes P3 stronger (below); CARRY_LOCK_DELAY is a fix
- * the model proposes for what that finds (docs/protocol.md, "The model").
+ * LOCKDELAY_PROMISE makes P3 stronger (below): the carried lock-delay is
+ * what it needs (docs/protocol.md, "The model").
  *
  * Properties (assertions):
  *   P1 a bump issues a token above every token issued before, on either server;
@@ -129,8 +131,8 @@ byte renew_age = AGECAP;        /* age of renewed_at on the server's clock */
 bit demoted, handover;          /* demote_epoch = epoch; handover_to */
 byte demote_age, hto;
 byte prev_epoch, prev_dbhw;     /* before the last bump: what a replica may have */
-#ifdef CARRY_LOCK_DELAY
-byte rdelay;                    /* CARRY_LOCK_DELAY: ticks until the lock-delay owed ends */
+#ifndef NO_CARRY_LOCK_DELAY
+byte rdelay;                    /* delay_until: ticks until the lock-delay owed ends */
 #endif
 /* the lock table, the pinned sessions */
 byte lockh = NONE;
@@ -259,7 +261,7 @@ inline renew_eval(c, age) {
 #ifdef NO_LOCK_DELAY
 #define LOCK_DELAY(dd) delay[me] = 0
 #else
-#ifndef CARRY_LOCK_DELAY
+#ifdef NO_CARRY_LOCK_DELAY
 #define LOCK_DELAY(dd) \
 	if \
 	:: (rstate == KILLED || demoted) && rstate != GRACEFUL && STALE > renew_age + dd -> \
@@ -267,8 +269,8 @@ inline renew_eval(c, age) {
 	:: else -> delay[me] = 0 \
 	fi
 #else
-/* a fix: the record keeps the lock-delay's end (rdelay ticks from now), and
- * every claim owes the later of it and its predecessor's */
+/* the record keeps the lock-delay's end (delay_until: rdelay ticks from
+ * now), and every claim owes the later of it and its predecessor's */
 #define LOCK_DELAY(dd) \
 	if \
 	:: (rstate == KILLED || demoted) && rstate != GRACEFUL && STALE > renew_age && STALE - renew_age > rdelay -> \
@@ -462,7 +464,7 @@ inline failover() {
 	/* the replica's record: whatever it says, the model takes it as free */
 	rholder = NONE; rstate = FREE; rlive = 0; renew_age = AGECAP;
 	demoted = 0; demote_age = 0; handover = 0; hto = 0; lockh = NONE;
-#ifdef CARRY_LOCK_DELAY
+#ifndef NO_CARRY_LOCK_DELAY
 	rdelay = 0;
 #endif
 }
@@ -554,7 +556,7 @@ proctype Clock() {
 		if :: since_bump <= K -> since_bump++ :: else fi;
 		if :: srv == UP_B && !lostbump -> since_bump = K+1 :: else fi;
 #endif
-#ifdef CARRY_LOCK_DELAY
+#ifndef NO_CARRY_LOCK_DELAY
 		if :: rdelay > 0 -> rdelay-- :: else fi;
 #endif
 		if :: srv == DOWN -> fo_left--; if :: fo_left == 0 -> srv = UP_B :: else fi :: else fi;
