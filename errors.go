@@ -1,6 +1,9 @@
 package election
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Errors callers branch on. Errors the package returns wrap them; use
 // errors.Is.
@@ -66,3 +69,21 @@ var (
 	// the strategy to use.
 	ErrUnsupported = errors.New("election: strategy not supported by this server")
 )
+
+// stepError names the step that failed in front of its cause, with the
+// package's prefix once: "election: reading the record: tables missing or
+// not usable: Error 1146 …", not "election: reading the record: election:
+// tables missing …".
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string {
+	return "election: " + e.step + ": " + strings.TrimPrefix(e.err.Error(), "election: ")
+}
+
+func (e *stepError) Unwrap() error { return e.err }
+
+// during wraps err as the failure of step.
+func during(step string, err error) error { return &stepError{step, err} }

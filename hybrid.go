@@ -88,7 +88,7 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 	}
 	var database sql.NullString
 	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", fmt.Errorf("election: reaching the server: %w", refusal(err))
+		return "", during("reaching the server", refusal(err))
 	}
 	if !database.Valid {
 		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
@@ -309,7 +309,7 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 func collect[T any](ctx context.Context, q querier, t tables, what, query string, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
-		return nil, fmt.Errorf("election: reading the %s: %w", what, schemaError(t, err))
+		return nil, during("reading the "+what, schemaError(t, err))
 	}
 	defer rows.Close()
 	var out []T
@@ -352,7 +352,7 @@ func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	var epoch uint64
 	err := s.db.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("election: reading the epoch: %w", schemaError(s.tbl, err))
+		return 0, during("reading the epoch", schemaError(s.tbl, err))
 	}
 	return epoch, nil
 }
@@ -436,7 +436,7 @@ func (s *store) isCandidate(ctx context.Context, lock, identity string) (bool, e
 	err := s.db.QueryRowContext(ctx, text("SELECT EXISTS (SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND c.identity = ? AND "+
 		alive("c")+")", lock, identity)).Scan(&live)
 	if err != nil {
-		return false, fmt.Errorf("election: reading the candidates: %w", schemaError(s.tbl, err))
+		return false, during("reading the candidates", schemaError(s.tbl, err))
 	}
 	return live, nil
 }
@@ -499,7 +499,7 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
 		alive("c"), p.lock, st.cfg.Strategy.String())).Scan(&other)
 	if err != nil {
-		return fmt.Errorf("election: reading the candidates: %w", schemaError(st.tbl, err))
+		return during("reading the candidates", schemaError(st.tbl, err))
 	}
 	if other.Valid {
 		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, st.name, st.cfg.Strategy)
@@ -509,7 +509,7 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	}
 	if _, err := q.ExecContext(ctx, text("DELETE c FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND NOT "+alive("c")+" AND "+
 		ageMicros("c.seen_at")+" > 10 * c.expiry_us", p.lock)); err != nil {
-		return fmt.Errorf("election: cleaning up candidates: %w", schemaError(st.tbl, err))
+		return during("cleaning up candidates", schemaError(st.tbl, err))
 	}
 	return nil
 }
@@ -526,7 +526,7 @@ func (p *presence) beat(ctx context.Context, q querier) error {
 		"strategy = VALUES(strategy), host = VALUES(host), pid = VALUES(pid), seen_at = VALUES(seen_at), expiry_us = VALUES(expiry_us)",
 		p.lock, st.cfg.Identity, st.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds()))
 	if err != nil {
-		return fmt.Errorf("election: candidate heartbeat: %w", schemaError(st.tbl, err))
+		return during("candidate heartbeat", schemaError(st.tbl, err))
 	}
 	p.seen = time.Now()
 	return nil

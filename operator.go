@@ -211,7 +211,7 @@ func (o *Operator) request(ctx context.Context, lock string, token uint64, to st
 		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL 3 * lease_us MICROSECOND "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ?", handTo, lock, token, stateLeading))
 	if err != nil {
-		return fmt.Errorf("election: requesting the demotion: %w", schemaError(o.st.tbl, err))
+		return during("requesting the demotion", schemaError(o.st.tbl, err))
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return ErrNoLeader // the term ended meanwhile

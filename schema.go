@@ -176,7 +176,7 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
 			// the table exists: tables a DBA made are fine without it.
 			if check := checkSchema(ctx, db, t); !isDenied(err) || check != nil && !isOld(check) {
-				return fmt.Errorf("election: creating the tables: %w", schemaError(t, err))
+				return during("creating the tables", schemaError(t, err))
 			}
 			break
 		}
@@ -196,15 +196,15 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 func addColumns(ctx context.Context, db *sql.DB, t tables) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("election: adding the columns of this version: %w", refusal(err))
+		return during("adding the columns of this version", refusal(err))
 	}
 	defer drop(conn) // not back to the pool with that lock_wait_timeout
 	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1"); err != nil {
-		return fmt.Errorf("election: adding the columns of this version: %w", refusal(err))
+		return during("adding the columns of this version", refusal(err))
 	}
 	for _, a := range t.added() {
 		if _, err := conn.ExecContext(ctx, a.alter); err != nil && !isDuplicateColumn(err) {
-			return fmt.Errorf("election: adding the column %s to `%s`: %w", a.column, a.table, schemaError(t, err))
+			return during("adding the column "+a.column+" to `"+a.table+"`", schemaError(t, err))
 		}
 	}
 	return nil
@@ -215,12 +215,12 @@ func addColumns(ctx context.Context, db *sql.DB, t tables) error {
 func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
 	for _, name := range t.all() {
 		if _, err := db.ExecContext(ctx, "SELECT lock_name FROM `"+name+"` LIMIT 0"); err != nil {
-			return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
+			return during("checking the tables", schemaError(t, err))
 		}
 	}
 	for _, a := range t.added() {
 		if _, err := db.ExecContext(ctx, "SELECT "+a.column+" FROM `"+a.table+"` LIMIT 0"); err != nil {
-			return fmt.Errorf("election: checking the tables: %w", schemaError(t, err))
+			return during("checking the tables", schemaError(t, err))
 		}
 	}
 	return nil

@@ -45,7 +45,8 @@ func TestSkipCreateTablesReportsMissingTables(t *testing.T) {
 	cfg.SkipCreateTables = true
 	e := newElectorWith(t, db, "skip", cfg)
 	_, err := e.Campaign(ctxFor(t, 10*time.Second))
-	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "doesn't exist") || !strings.Contains(err.Error(), "CREATE TABLE") {
+	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), "doesn't exist") || !strings.Contains(err.Error(), "CREATE TABLE") ||
+		!strings.HasPrefix(err.Error(), "election: checking the tables: tables missing or not usable: ") {
 		t.Fatalf("campaign without tables: %v", err)
 	}
 	assertWroteNothing(t, db, nil, "the campaign without tables")

@@ -99,7 +99,7 @@ func (s opener) predecessor(ctx context.Context, q querier, lock string) (predec
 		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.seenUS, &p.strategy, &p.state, &p.session, &p.owner,
 			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.delayLeftUS, &p.handing)
 	if err != nil {
-		return p, fmt.Errorf("election: reading the record: %w", schemaError(s.tbl, err))
+		return p, during("reading the record", schemaError(s.tbl, err))
 	}
 	return p, nil
 }
@@ -193,7 +193,7 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 			return 0, errRaced
 		}
 		if err != nil {
-			return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+			return 0, during("writing the record", schemaError(s.tbl, err))
 		}
 		return s.bump(ctx, q, lock, session, claimed)
 	}
@@ -215,7 +215,7 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 	res, err := q.ExecContext(ctx, set("JOIN `"+s.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
 		text(", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, ?))", claimed)+where)
 	if err != nil {
-		return 0, fmt.Errorf("election: starting the term: %w", schemaError(s.tbl, err))
+		return 0, during("starting the term", schemaError(s.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 2 {
 		id, err := res.LastInsertId()
@@ -232,7 +232,7 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 	// Lost a race, or there is no epoch row: the claim alone tells which.
 	res, err = q.ExecContext(ctx, set("")+where)
 	if err != nil {
-		return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+		return 0, during("writing the record", schemaError(s.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return 0, errRaced
@@ -263,7 +263,7 @@ func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, 
 		"SELECT r.lock_name, r.epoch FROM `"+s.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
 		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.tbl.epoch+"`.epoch + 1, VALUES(epoch)))", lock, claimed, session))
 	if err != nil {
-		return 0, fmt.Errorf("election: bumping the epoch: %w", schemaError(s.tbl, err))
+		return 0, during("bumping the epoch", schemaError(s.tbl, err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -291,7 +291,7 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 	}
 	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, lock, claimed, session))
 	if err != nil {
-		return 0, fmt.Errorf("election: writing the record: %w", schemaError(s.tbl, err))
+		return 0, during("writing the record", schemaError(s.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return 0, errRaced
@@ -342,25 +342,25 @@ func (s opener) history(ctx context.Context, q querier, lock string, token uint6
 		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
 			"VALUES (?, ?, ?, ?, ?, "+atMicros+", IF(? IS NULL, NULL, "+atMicros+"), ?)",
 			lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS, reason, p.endedUS, reason)); err != nil {
-			return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
+			return during("writing the history", schemaError(s.tbl, err))
 		}
 		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = IF(epoch = ?, "+atMicros+", "+atMicros+"), "+
 			"reason = IF(epoch = ?, COALESCE(?, ?), ?) WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL",
 			p.epoch, p.endedUS, p.sinceUS, p.epoch, reason, stateLost, stateLost, lock, token)); err != nil {
-			return fmt.Errorf("election: closing the last term: %w", schemaError(s.tbl, err))
+			return during("closing the last term", schemaError(s.tbl, err))
 		}
 	}
 	host, _ := os.Hostname()
 	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, server, started_at) "+
 		"VALUES (?, ?, ?, ?, ?, "+serverName+", "+timeAgo+")", lock, token, s.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
-		return fmt.Errorf("election: writing the history: %w", schemaError(s.tbl, err))
+		return during("writing the history", schemaError(s.tbl, err))
 	}
 	if prune {
 		// The derived table is materialised (it has a LIMIT), so MySQL lets
 		// the DELETE read the table it deletes from.
 		if _, err := q.ExecContext(ctx, text("DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch < (SELECT epoch FROM ("+
 			"SELECT epoch FROM `"+s.tbl.term+"` WHERE lock_name = ? ORDER BY epoch DESC LIMIT 1 OFFSET ?) k)", lock, lock, s.cfg.HistoryLimit-1)); err != nil {
-			return fmt.Errorf("election: pruning the history: %w", schemaError(s.tbl, err))
+			return during("pruning the history", schemaError(s.tbl, err))
 		}
 	}
 	return nil

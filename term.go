@@ -3,7 +3,6 @@ package election
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -332,7 +331,7 @@ func (t *Term) waitLockDelay(ctx context.Context, delay time.Duration) error {
 		return nil
 	case <-t.Done():
 		t.Resign(context.WithoutCancel(ctx))
-		return fmt.Errorf("election: the term ended during the lock-delay: %w", t.Err())
+		return during("the term ended during the lock-delay", t.Err())
 	case <-ctx.Done():
 		t.Resign(context.WithoutCancel(ctx))
 		return ctx.Err()
