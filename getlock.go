@@ -168,7 +168,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	defer cancel()
 	conn, err := g.st.db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("election: opening a session: %w", err)
+		return nil, during("opening a session", refusal(err))
 	}
 	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock}}
 	w := cfg.waitTimeout()
@@ -178,7 +178,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d /*M!100108 , max_statement_time = 0 */", w, 2*w, 2*w)
 	if _, err := conn.ExecContext(ctx, setup); err != nil {
 		s.close()
-		return nil, fmt.Errorf("election: setting up the session: %w", err)
+		return nil, during("setting up the session", refusal(err))
 	}
 	// The candidate lock of this identity may still be held for a moment
 	// by this candidate's last session, which is closing (or, cut off, is
@@ -187,7 +187,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	wait := g.limit.fit(cfg.Lease)
 	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), wait.Seconds())).Scan(&s.id, &got); err != nil {
 		s.close()
-		return nil, fmt.Errorf("election: setting up the session: %w", err)
+		return nil, during("setting up the session", refusal(err))
 	}
 	if got.Int64 != 1 {
 		s.close()

@@ -152,22 +152,25 @@ const (
 	delayColumn  = "delay_until    DATETIME(6) NULL"
 )
 
-// added names each added column, with its table and the statement that
-// adds it; the order of the list is the order they were added in.
-func (t tables) added() []struct{ table, column, alter string } {
-	return []struct{ table, column, alter string }{
+// column is one added column: its table, its name, and the statement that
+// adds it.
+type column struct{ table, name, alter string }
+
+// added lists the added columns in the order they were added.
+func (t tables) added() []column {
+	return []column{
 		{t.term, "server", "ALTER TABLE `" + t.term + "` ADD COLUMN " + serverColumn + " AFTER pid"},
 		{t.record, "delay_until", "ALTER TABLE `" + t.record + "` ADD COLUMN " + delayColumn + " AFTER handover_until"},
 	}
 }
 
-// upgrade is the statements that add every added column, for an error's fix.
-func (t tables) upgrade() string {
+// alters is the statements that add cols, for an error's fix.
+func alters(cols []column) string {
 	var stmts []string
-	for _, a := range t.added() {
-		stmts = append(stmts, a.alter)
+	for _, c := range cols {
+		stmts = append(stmts, c.alter)
 	}
-	return strings.Join(stmts, ";\n")
+	return strings.Join(stmts, ";\n") + ";"
 }
 
 func createSchema(ctx context.Context, db *sql.DB, t tables) error {
@@ -175,37 +178,53 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
 			// the table exists: tables a DBA made are fine without it.
-			if check := checkSchema(ctx, db, t); !isDenied(err) || check != nil && !isOld(check) {
+			if _, check := missingColumns(ctx, db, t); !isDenied(err) || check != nil {
 				return during("creating the tables", schemaError(t, err))
 			}
 			break
 		}
 	}
-	if err := checkSchema(ctx, db, t); !isOld(err) {
+	missing, err := missingColumns(ctx, db, t)
+	if err != nil {
 		return err
 	}
-	return addColumns(ctx, db, t)
+	return addColumns(ctx, db, t, missing)
 }
 
 // addColumns adds the columns that tables of an earlier version lack. An
-// ALTER waits for the table's metadata lock, and every statement on the
-// table queues behind it, a leader's keepalives among them: its session
-// gives up after a second, not after lock_wait_timeout's default (a day or
-// a year), should a long transaction hold the table; the next campaign
-// tries again.
-func addColumns(ctx context.Context, db *sql.DB, t tables) error {
+// ALTER waits for its table's metadata lock behind any open transaction
+// that read the table, and every later statement on the table queues behind
+// the ALTER, a leader's keepalives among them. So it does not wait:
+// lock_wait_timeout = 0 is NOWAIT on MariaDB; MySQL raises it to its least,
+// a second. Given up, the next campaign tries again.
+func addColumns(ctx context.Context, db *sql.DB, t tables, missing []column) error {
+	if len(missing) == 0 {
+		return nil
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return during("adding the columns of this version", refusal(err))
 	}
 	defer drop(conn) // not back to the pool with that lock_wait_timeout
-	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 1"); err != nil {
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 0"); err != nil {
 		return during("adding the columns of this version", refusal(err))
 	}
-	for _, a := range t.added() {
-		if _, err := conn.ExecContext(ctx, a.alter); err != nil && !isDuplicateColumn(err) {
-			return during("adding the column "+a.column+" to `"+a.table+"`", schemaError(t, err))
+	for i, c := range missing {
+		_, err := conn.ExecContext(ctx, c.alter)
+		var me *mysql.MySQLError
+		switch {
+		case err == nil, isDuplicateColumn(err): // another candidate added it meanwhile
+			continue
+		case isDenied(err):
+			err = fmt.Errorf("%w: %w; the tables were made by an earlier version of this library and the elector's user may not add the columns this one needs: run this as a user with ALTER privilege:\n%s", ErrSchema, err, alters(missing[i:]))
+		case errors.As(err, &me) && me.Number == 1205:
+			// Not ErrSchema, which Run does not retry: the transaction
+			// will end.
+			err = fmt.Errorf("%w; an open transaction holds the table: the next campaign tries again; or run this as a user with ALTER privilege once it has ended:\n%s", err, alters(missing[i:]))
+		default:
+			err = schemaError(t, err)
 		}
+		return during("adding the column "+c.name+" to `"+c.table+"`", err)
 	}
 	return nil
 }
@@ -213,17 +232,32 @@ func addColumns(ctx context.Context, db *sql.DB, t tables) error {
 // checkSchema verifies that the tables exist, with every column, and can
 // be read.
 func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
+	missing, err := missingColumns(ctx, db, t)
+	if err == nil && len(missing) > 0 {
+		err = fmt.Errorf("%w: the tables were made by an earlier version of this library and lack its columns; a candidate adds them on first use, unless Config.SkipCreateTables is set; or run this as a user with ALTER privilege:\n%s", ErrSchema, alters(missing))
+	}
+	return err
+}
+
+// missingColumns returns the added columns that the tables lack; an error
+// if a table is missing or cannot be read.
+func missingColumns(ctx context.Context, db *sql.DB, t tables) ([]column, error) {
 	for _, name := range t.all() {
 		if _, err := db.ExecContext(ctx, "SELECT lock_name FROM `"+name+"` LIMIT 0"); err != nil {
-			return during("checking the tables", schemaError(t, err))
+			return nil, during("checking the tables", schemaError(t, err))
 		}
 	}
-	for _, a := range t.added() {
-		if _, err := db.ExecContext(ctx, "SELECT "+a.column+" FROM `"+a.table+"` LIMIT 0"); err != nil {
-			return during("checking the tables", schemaError(t, err))
+	var missing []column
+	for _, c := range t.added() {
+		_, err := db.ExecContext(ctx, "SELECT "+c.name+" FROM `"+c.table+"` LIMIT 0")
+		switch {
+		case isOld(err):
+			missing = append(missing, c)
+		case err != nil:
+			return nil, during("checking the tables", schemaError(t, err))
 		}
 	}
-	return nil
+	return missing, nil
 }
 
 // isOld: tables made before one of the added columns was.
@@ -249,9 +283,6 @@ func schemaError(t tables, err error) error {
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch me.Number {
 	case 1142, 1227: // a command or a privilege denied
-		if strings.HasPrefix(me.Message, "ALTER") {
-			return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library and the elector's user may not add the column it needs: run this as a user with ALTER privilege:\n%s;", ErrSchema, err, t.upgrade())
-		}
 		if !strings.HasPrefix(me.Message, "CREATE") {
 			// The tables exist; a grant on them is missing.
 			// The server says "denied", not "doesn't exist", to a user
@@ -260,9 +291,7 @@ func schemaError(t tables, err error) error {
 		}
 		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
 	case 1054: // no such column: tables made by an earlier version
-		return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library: a candidate adds the column on first use, unless Config.SkipCreateTables is set; or run this as a user with ALTER privilege:\n%s;", ErrSchema, err, t.upgrade())
-	case 1205: // a lock wait timed out: addColumns' ALTER, behind a transaction
-		return fmt.Errorf("%w; a transaction holds the table: the next campaign tries again, or run as a user with ALTER privilege, when it is idle:\n%s;", err, t.upgrade())
+		return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library: a candidate adds the columns on first use, unless Config.SkipCreateTables is set; or run these as a user with ALTER privilege (one that fails with error 1060, duplicate column, is done already):\n%s", ErrSchema, err, alters(t.added()))
 	case 1146: // no such table
 		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s%s", ErrSchema, err, prefix, fix)
 	case 1046: // no database selected

@@ -164,10 +164,9 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 }
 
 // claim writes the new term's record (requests cleared, the lock-delay's
-// end set: from the claim, not the read, which only makes it later), only if the
-// record is still as read: same epoch, the last term does not act (a lease
-// renewed since the read, a GetLock holder alive) and no hand-over became
-// pending; otherwise it returns errRaced. In the same
+// end set), only if the record is still as read: same epoch, the last term
+// does not act (a lease renewed since the read, a GetLock holder alive) and
+// no hand-over became pending; otherwise it returns errRaced. In the same
 // statement it bumps the epoch row (see bumpEpoch) and returns the token.
 // Without an epoch row (the first term, or a record written before the
 // epoch row was), it claims, then bumps in a statement of its own.
@@ -199,7 +198,7 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 	}
 	delayUntil := "NULL"
 	if delay > 0 {
-		delayUntil = text("UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND", delay.Microseconds())
+		delayUntil = text(atMicros, int64(p.nowUS)+delay.Microseconds()) // from the read, as delay was
 	}
 	// The bump's value depends on no column this statement assigns: a
 	// multi-table UPDATE may make its assignments in any order.

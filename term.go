@@ -318,14 +318,15 @@ func (t *Term) why(reason error, parent context.Context) string {
 	return stateSessionLost
 }
 
-// waitLockDelay holds a new term back for delay, keeping it renewed, when
-// its predecessor was asked to step down and had to be killed: that
-// leader's lease may still run. It returns the term's end if it ends first.
+// waitLockDelay holds a new term back for delay, keeping it renewed, when a
+// leader was forced out (asked to step down and killed, or killed as hung)
+// by this term's start or an earlier one's: that leader's lease may still
+// run. It returns the term's end if it ends first.
 func (t *Term) waitLockDelay(ctx context.Context, delay time.Duration) error {
 	if delay <= 0 {
 		return nil
 	}
-	t.log.Info("waiting out the lock-delay of a killed leader", "delay", delay.String())
+	t.log.Info("waiting out the lock-delay: a leader forced out may still hold its lease", "delay", delay.String())
 	select {
 	case <-time.After(delay):
 		return nil
