@@ -68,7 +68,9 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // error's Failed, not unwrapped, so that code that retries
 // driver.ErrBadConn does not retry a stale write. Only a COMMIT whose
 // connection failed while it was in flight is reported as of unknown
-// outcome.
+// outcome, and one that the server still held Interval after the term
+// ended: its session is killed then, so that Fenced does not wait for the
+// server after its term (not on Galera).
 //
 // The transaction runs on a session the term keeps for its fenced
 // transactions, not on the pinned one, so a long one does not delay
@@ -113,7 +115,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		}
 		t.kept.put(ctx, s, clean)
 	}()
-	err = t.check(ctx, tx, lock)
+	session, err := t.check(ctx, tx, lock)
 	if err == nil {
 		err = fn(tx)
 	}
@@ -133,7 +135,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 		return t.staleOr(ctx, lock, err)
 	}
 	failpoint.Hit(ctx, failpoint.Committing)
-	if err := tx.Commit(); err != nil {
+	if err := t.commit(ctx, tx, session); err != nil {
 		if rolledBack(err) {
 			return t.staleOr(ctx, lock, fmt.Errorf("election: fenced transaction: committing: %w", err))
 		}
@@ -149,10 +151,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // dropped after: a certification failure can come back before the newer
 // epoch is applied here.
 func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
-	s.mu.Lock()
-	galera := s.galera
-	s.mu.Unlock()
-	if !galera {
+	if !s.onGalera() {
 		return s.epoch(ctx, lock)
 	}
 	conn, err := s.db.Conn(ctx)
@@ -226,28 +225,90 @@ func (t *Term) beginTx(ctx context.Context) (*fencedConn, *sql.Tx, error) {
 	}
 }
 
+// commit sends tx's COMMIT. database/sql's Commit takes no context: a
+// COMMIT that the server holds (waiting for a semi-synchronous replica's
+// acknowledgement, a backup's commit lock, a disk that stalls) would hold
+// Fenced, and with it Run's function, for as long, after the term has
+// ended. So if the term ends while the COMMIT is in flight, the session is
+// killed, Interval later, from the pool: its COMMIT then fails, with an
+// unknown outcome. Not on Galera, where the pool may reach another node
+// (nor behind a proxy that does: the kill checks that it reaches the
+// session's server).
+func (t *Term) commit(ctx context.Context, tx *sql.Tx, s fencedSession) error {
+	if t.st.onGalera() {
+		return tx.Commit()
+	}
+	done, watched := make(chan struct{}), make(chan struct{})
+	stop := context.AfterFunc(t.ctx, func() { // no goroutine unless the term ends
+		defer close(watched)
+		select {
+		case <-done:
+			return
+		case <-time.After(t.st.cfg.Interval):
+		}
+		if err := t.st.killSession(ctx, s); err != nil {
+			t.log.Warn("could not kill the session of a COMMIT sent before the term ended", "conn_id", s.id, "err", err)
+		}
+	})
+	err := tx.Commit()
+	close(done)
+	if !stop() {
+		<-watched // no kill after Fenced has returned
+	}
+	return err
+}
+
+// fencedSession is the server session of a fenced transaction, as its
+// check read it.
+type fencedSession struct {
+	id     uint64
+	server string // serverName
+}
+
+// killSession ends s through a pool session, if that reaches s's server,
+// within Interval.
+func (s *store) killSession(ctx context.Context, fs fencedSession) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
+	defer cancel()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var server string
+	if err := conn.QueryRowContext(ctx, "SELECT "+serverName).Scan(&server); err != nil {
+		return err
+	}
+	if server != fs.server {
+		return fmt.Errorf("the pool reaches %s, not the session's server %s", server, fs.server)
+	}
+	_, err = conn.ExecContext(ctx, text("KILL CONNECTION ?", fs.id))
+	return err
+}
+
 // check takes the shared lock on the epoch row and compares it with the
 // token. The same statement reads the session's wait_timeout: fn of an
 // earlier transaction on the kept session may have changed it, and a leader
-// stopped inside this one would then hold the epoch row that long.
-func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) error {
+// stopped inside this one would then hold the epoch row that long; and who
+// the session is, for commit.
+func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSession, error) {
 	var (
 		current uint64
 		wait    int64
+		session fencedSession
 	)
-	t.st.mu.Lock()
-	galera := t.st.galera
-	t.st.mu.Unlock()
+	galera := t.st.onGalera()
 	lockMode := " LOCK IN SHARE MODE"
 	if galera {
 		lockMode = " FOR UPDATE"
 	}
-	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+lockMode, lock)).Scan(&current, &wait)
+	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+lockMode, lock)).
+		Scan(&current, &wait, &session.id, &session.server)
 	if err != nil {
-		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
+		return session, fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}
 	if current != t.token {
-		return &StaleTokenError{Token: t.token, Current: current}
+		return session, &StaleTokenError{Token: t.token, Current: current}
 	}
 	if galera {
 		// Galera replicates no locks: a newer term's bump, made on another
@@ -258,16 +319,16 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) error {
 		// node first aborts it on the row lock.
 		for _, step := range []string{"+ 1", "- 1"} {
 			if _, err := tx.ExecContext(ctx, text("UPDATE `"+t.st.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
-				return fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
+				return session, fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
 			}
 		}
 	}
 	if w := t.st.cfg.waitTimeout(); wait != w {
 		if _, err := tx.ExecContext(ctx, setWaitTimeout(w)); err != nil {
-			return fmt.Errorf("election: fenced transaction: restoring wait_timeout: %w", err)
+			return session, fmt.Errorf("election: fenced transaction: restoring wait_timeout: %w", err)
 		}
 	}
-	return nil
+	return session, nil
 }
 
 // errTermOver is keptSession.take's answer once the term has ended.

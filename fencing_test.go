@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/mysqltest"
 )
 
 func TestFenceHandler(t *testing.T) {
@@ -817,4 +818,69 @@ func TestFencedTransactionCutByTheTermsEnd(t *testing.T) {
 			t.Fatal("the cut transaction's write committed")
 		}
 	})
+}
+
+// A COMMIT that the server holds past the end of its term (here by a
+// backup's commit lock, MariaDB's BACKUP STAGE BLOCK_COMMIT, which holds
+// the leader's keepalives too, so that its lease runs out) does not hold
+// Fenced: the term's end kills its session, and Fenced returns, with an
+// unknown outcome, while the lock is still held; killed there, nothing of
+// it commits. On a server of its own: the lock holds every commit.
+func TestFencedCommitHeldPastItsTermIsCut(t *testing.T) {
+	if mysqltest.PrivateBinary() == "" {
+		t.Skip("needs a mariadbd binary to start a server of its own; only a DSN was given")
+	}
+	t.Parallel()
+	srv, err := mysqltest.StartPrivate(ctxFor(t, 2*time.Minute), mysqltest.PrivateBinary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	db := srv.Open(t, srv.NewDatabase(t))
+	createWrites(t, db)
+	ctx := ctxFor(t, time.Minute)
+	admin := srv.Open(t, "")
+	backup, err := admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backup.Close()
+	term := await(t, campaign(ctx, newElector(t, election.GetLock, db, "held-commit", "a")), 10*time.Second).term
+	fenced := make(chan error, 1)
+	go func() {
+		fenced <- term.Fenced(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'held')", term.Token()); err != nil {
+				return err
+			}
+			for _, stmt := range []string{"BACKUP STAGE START", "BACKUP STAGE BLOCK_COMMIT"} {
+				if _, err := backup.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", stmt, err)
+				}
+			}
+			return nil
+		})
+	}()
+	select {
+	case err := <-fenced:
+		if err == nil || !strings.Contains(err.Error(), "unknown outcome") {
+			t.Fatalf("Fenced whose COMMIT the server held past the term: %v, want an unknown outcome", err)
+		}
+	case <-time.After(30 * time.Second): // a guard against a hang, not a bound on speed
+		t.Fatal("Fenced still waits for its COMMIT 30 s after it began, with the term over")
+	}
+	if term.Err() == nil {
+		t.Fatal("the term did not end while the backup held commits")
+	}
+	// KILL only marks the session; it gives up its COMMIT when it wakes.
+	waitFor(t, "the killed COMMIT to end", 10*time.Second, func() bool {
+		var n int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = 'COMMIT'").Scan(&n)
+		return n == 0
+	})
+	if _, err := backup.ExecContext(ctx, "BACKUP STAGE END"); err != nil {
+		t.Fatal(err)
+	}
+	if n := writesBy(db, "held"); n != 0 {
+		t.Fatalf("the cut COMMIT committed %d rows", n)
+	}
 }

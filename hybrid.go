@@ -140,6 +140,13 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	return lock, nil
 }
 
+// onGalera reports whether the server is a Galera node, as prepare found.
+func (s *store) onGalera() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.galera
+}
+
 // Record is the keepalive row of an election as anyone with SELECT on the
 // tables can read it, together with who holds the lock now. Times come from
 // the database clock.
