@@ -146,7 +146,7 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //     term (see TermRecord.Server);
 //   - delayColumn, the record's: when the lock-delay owed after a forced end
 //     is over, on the database clock; every term until then owes it too
-//     (docs/protocol.md, "Demote and hand-over").
+//     (docs/protocol.md, "Campaign").
 const (
 	serverColumn = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
 	delayColumn  = "delay_until    DATETIME(6) NULL"
