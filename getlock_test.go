@@ -259,7 +259,11 @@ func TestLockDelayOutlivesTheTermThatOwedIt(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
-	b := newElector(t, election.GetLock, db, "carry", "b")
+	cfg := fast
+	cfg.Identity = "b"
+	var logs *logBuffer
+	cfg.Logger, logs = newLogged()
+	b := newElectorWith(t, db, "carry", cfg)
 	resignAll(t, await(t, campaign(ctx, b), 10*time.Second).term)
 	var lock string
 	if err := db.QueryRow("SELECT lock_name FROM election_record").Scan(&lock); err != nil {
@@ -276,16 +280,7 @@ func TestLockDelayOutlivesTheTermThatOwedIt(t *testing.T) {
 	}
 	leaseEnd := rogue.lastRenewal().Add(lease)
 	// b claims, and waits out the lock-delay; its Campaign ends meanwhile.
-	for {
-		var holder, state string
-		if err := db.QueryRowContext(ctx, "SELECT holder, state FROM election_record").Scan(&holder, &state); err != nil {
-			t.Fatal(err)
-		}
-		if holder == "b" && state == "leading" {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "b to wait out the lock-delay", 20*time.Second, func() bool { return len(logs.lines("waiting out the lock-delay")) > 0 })
 	select {
 	case r := <-rb:
 		t.Fatalf("b's campaign returned (%v) before its lock-delay could have ended", r.err)
