@@ -38,19 +38,29 @@ const maxIdentity = 255
 type Strategy int
 
 const (
-	// GetLock (the default) pins one session per candidate and holds the
-	// election with GET_LOCK: failover in milliseconds when a leader dies.
-	GetLock Strategy = iota
+	// Auto (the default) is settled at a candidate's first campaign, from
+	// the server: GetLock where GET_LOCK holds for the whole server,
+	// LeaseRow where it cannot hold an election (Galera, multi-primary
+	// Group Replication, TiDB). The candidate logs which and why. Every
+	// candidate on one server settles on the same.
+	Auto Strategy = iota
+	// GetLock pins one session per candidate and holds the election with
+	// GET_LOCK: failover in milliseconds when a leader dies. A server whose
+	// GET_LOCK cannot hold an election refuses it (ErrUnsupported).
+	GetLock
 	// LeaseRow holds the election with a lease in the record row, renewed
 	// every Interval through the pool: no pinned session, so it works
-	// through proxies and on Galera and multi-primary Group Replication,
-	// but a dead leader is replaced only after Lease+Margin.
+	// through proxies and on Galera, multi-primary Group Replication and
+	// TiDB, but a dead leader is replaced only after Lease+Margin.
 	LeaseRow
 )
 
-// String returns the name stored in the record: "get_lock" or "lease".
+// String returns the name stored in the record: "get_lock" or "lease"
+// ("auto" for Auto, which is never stored).
 func (s Strategy) String() string {
 	switch s {
+	case Auto:
+		return "auto"
 	case GetLock:
 		return "get_lock"
 	case LeaseRow:
@@ -63,9 +73,9 @@ func (s Strategy) String() string {
 // means its default. New checks the timings as a whole; see the package
 // documentation for what they mean together.
 type Config struct {
-	// Strategy is GetLock (default) or LeaseRow. Every candidate of an
-	// election must use the same one; a candidate of another is refused
-	// with ErrStrategy while one is alive.
+	// Strategy is Auto (default: the one the server supports), GetLock or
+	// LeaseRow. Every candidate of an election must use the same one; a
+	// candidate of another is refused with ErrStrategy while one is alive.
 	Strategy Strategy
 	// Identity names this candidate in the record, to operators and in
 	// logs. Default: host-pid-random. At most 255 characters, printable
@@ -270,8 +280,8 @@ func (c Config) validate() error {
 		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
 	case c.HistoryLimit < 1:
 		return bad("HistoryLimit %d must be at least 1", c.HistoryLimit)
-	case c.Strategy != GetLock && c.Strategy != LeaseRow:
-		return bad("Strategy %v is unknown: use election.GetLock or election.LeaseRow", c.Strategy)
+	case c.Strategy != Auto && c.Strategy != GetLock && c.Strategy != LeaseRow:
+		return bad("Strategy %v is unknown: leave it unset, or use election.GetLock or election.LeaseRow", c.Strategy)
 	}
 	return validatePrefix(c.TablePrefix)
 }

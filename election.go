@@ -79,7 +79,7 @@ import (
 type Elector struct {
 	st   *store
 	log  *slog.Logger
-	side strategy
+	side strategy // chosen at the first campaign
 
 	mu      sync.Mutex
 	busy    bool   // a campaign or a term is under way
@@ -94,10 +94,28 @@ type Elector struct {
 // strategy is how a candidate wins an election: GetLock (getlock.go) or
 // LeaseRow (lease.go). What follows the win is the Term's.
 type strategy interface {
-	// acquire waits under ctx until this candidate has won the election and
-	// opened a term in the record; with try it does not wait, and returns
-	// ErrHeld if another candidate leads.
-	acquire(ctx context.Context, try bool) (won, error)
+	// acquire waits under ctx until this candidate has won the election
+	// (the lock name given) and opened a term in the record; with try it
+	// does not wait, and returns ErrHeld if another candidate leads.
+	acquire(ctx context.Context, lock string, try bool) (won, error)
+}
+
+// acquire wins the election through the candidate's strategy, which is
+// settled at its first campaign, once the server is known (see prepare).
+func (e *Elector) acquire(ctx context.Context, try bool) (won, error) {
+	lock, err := e.st.prepare(ctx, e.log)
+	if err != nil {
+		return won{}, err
+	}
+	if e.side == nil { // only campaigns use it, one at a time
+		switch server, strategy := e.st.server(); strategy {
+		case LeaseRow:
+			e.side = newLeaseRow(e.st, e.log)
+		default:
+			e.side = &getLock{st: e.st, server: server, log: e.log, kills: &e.stats.kills, killsDenied: &e.stats.killsDenied}
+		}
+	}
+	return e.side.acquire(ctx, lock, try)
 }
 
 // counters back Stats.
@@ -132,13 +150,7 @@ func New(db *sql.DB, name string, cfg Config) (*Elector, error) {
 	if n := db.Stats().MaxOpenConnections; n == 1 {
 		return nil, fmt.Errorf("%w: db allows only one open connection, which the candidate pins, so fenced transactions would wait forever: call db.SetMaxOpenConns(2) or more", ErrInvalidConfig)
 	}
-	e := &Elector{st: newStore(db, name, cfg), log: cfg.Logger.With("election", name, "identity", cfg.Identity)}
-	if cfg.Strategy == LeaseRow {
-		e.side = newLeaseRow(e.st, e.log)
-	} else {
-		e.side = &getLock{st: e.st, log: e.log, kills: &e.stats.kills, killsDenied: &e.stats.killsDenied}
-	}
-	return e, nil
+	return &Elector{st: newStore(db, name, cfg), log: cfg.Logger.With("election", name, "identity", cfg.Identity)}, nil
 }
 
 // Name returns the election's name.
@@ -176,7 +188,7 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 		return nil, err
 	}
 	e.st.payOwed(waitCtx)
-	w, err := e.side.acquire(waitCtx, try)
+	w, err := e.acquire(waitCtx, try)
 	if err != nil {
 		if permanent(err) {
 			// Retrying cannot help: a candidate row left behind would list,

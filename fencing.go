@@ -145,13 +145,14 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-// causalEpoch reads the election's epoch as epoch does, but on Galera only
-// once this node has applied every write set committed in the cluster
-// before the read (wsrep_sync_wait), on a session of its own that is
-// dropped after: a certification failure can come back before the newer
-// epoch is applied here.
+// causalEpoch reads the election's epoch as epoch does, but on a
+// multi-primary cluster only once this member has applied every write set
+// committed in the cluster before the read (platform.causalRead), on a
+// session of its own that is dropped after: a certification failure can
+// come back before the newer epoch is applied here.
 func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
-	if !s.onGalera() {
+	server, _ := s.server()
+	if !server.certifies() {
 		return s.epoch(ctx, lock)
 	}
 	conn, err := s.db.Conn(ctx)
@@ -159,7 +160,7 @@ func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
 		return 0, err
 	}
 	defer drop(conn)
-	if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
+	if _, err := conn.ExecContext(ctx, server.causalRead()); err != nil {
 		return 0, err
 	}
 	var epoch uint64
@@ -231,11 +232,11 @@ func (t *Term) beginTx(ctx context.Context) (*fencedConn, *sql.Tx, error) {
 // Fenced, and with it Run's function, for as long, after the term has
 // ended. So if the term ends while the COMMIT is in flight, the session is
 // killed, Interval later, from the pool: its COMMIT then fails, with an
-// unknown outcome. Not on Galera, where the pool may reach another node
-// (nor behind a proxy that does: the kill checks that it reaches the
-// session's server).
+// unknown outcome. Not on a multi-primary cluster, where the pool may reach
+// another member (nor behind a proxy that does: the kill checks that it
+// reaches the session's server).
 func (t *Term) commit(ctx context.Context, tx *sql.Tx, s fencedSession) error {
-	if t.st.onGalera() {
+	if server, _ := t.st.server(); server.certifies() {
 		return tx.Commit()
 	}
 	done, watched := make(chan struct{}), make(chan struct{})
@@ -297,12 +298,8 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSessio
 		wait    int64
 		session fencedSession
 	)
-	galera := t.st.onGalera()
-	lockMode := " LOCK IN SHARE MODE"
-	if galera {
-		lockMode = " FOR UPDATE"
-	}
-	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+lockMode, lock)).
+	server, _ := t.st.server()
+	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
 		Scan(&current, &wait, &session.id, &session.server)
 	if err != nil {
 		return session, fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
@@ -310,13 +307,13 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSessio
 	if current != t.token {
 		return session, &StaleTokenError{Token: t.token, Current: current}
 	}
-	if galera {
-		// Galera replicates no locks: a newer term's bump, made on another
-		// node, would not wait for this transaction. Changing the epoch row
-		// and changing it back puts the row in this transaction's write
-		// set, so that certification refuses whichever of the two commits
-		// second (error 1213, read as fenced), and a bump applied on this
-		// node first aborts it on the row lock.
+	if server.certifies() {
+		// A multi-primary cluster replicates no locks: a newer term's bump,
+		// made on another member, would not wait for this transaction.
+		// Changing the epoch row and changing it back puts the row in this
+		// transaction's write set, so that certification refuses whichever
+		// of the two commits second (see conflict; read as fenced), and a
+		// bump applied on this member first aborts it on the row lock.
 		for _, step := range []string{"+ 1", "- 1"} {
 			if _, err := tx.ExecContext(ctx, text("UPDATE `"+t.st.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
 				return session, fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
@@ -324,7 +321,7 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSessio
 		}
 	}
 	if w := t.st.cfg.waitTimeout(); wait != w {
-		if _, err := tx.ExecContext(ctx, setWaitTimeout(w)); err != nil {
+		if _, err := tx.ExecContext(ctx, server.setWaitTimeout(w)); err != nil {
 			return session, fmt.Errorf("election: fenced transaction: restoring wait_timeout: %w", err)
 		}
 	}
@@ -396,7 +393,8 @@ func (k *keptSession) open(ctx context.Context) (*sql.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.ExecContext(ctx, setWaitTimeout(k.st.cfg.waitTimeout())); err != nil {
+	server, _ := k.st.server()
+	if _, err := conn.ExecContext(ctx, server.setWaitTimeout(k.st.cfg.waitTimeout())); err != nil {
 		drop(conn)
 		return nil, err
 	}
@@ -430,7 +428,8 @@ func (k *keptSession) put(ctx context.Context, s *fencedConn, clean bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.st.cfg.Interval)
 	defer cancel()
-	if _, err := s.ExecContext(ctx, "SET SESSION wait_timeout = DEFAULT"); err != nil {
+	server, _ := k.st.server()
+	if _, err := s.ExecContext(ctx, server.resetWaitTimeout()); err != nil {
 		drop(s.Conn)
 		return
 	}
@@ -478,9 +477,6 @@ func (k *keptSession) close() {
 		drop(conn)
 	}
 }
-
-// setWaitTimeout is the statement that gives a session wait_timeout w.
-func setWaitTimeout(w int64) string { return fmt.Sprintf("SET SESSION wait_timeout = %d", w) }
 
 // drop closes a session for good. Conn.Close would return it to the pool
 // with whatever it has (the short wait_timeout); driver.ErrBadConn from Raw

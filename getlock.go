@@ -27,6 +27,7 @@ import (
 // "Campaign".
 type getLock struct {
 	st                 *store
+	server             platform
 	log                *slog.Logger
 	kills, killsDenied *atomic.Uint64 // the Elector's Stats
 	limit              readLimit
@@ -111,11 +112,7 @@ type pinned struct {
 func deputyLock(lock string) string { return lock + "/deputy" }
 
 // acquire pins a session, waits for the lock and opens a term on it.
-func (g *getLock) acquire(ctx context.Context, try bool) (won, error) {
-	lock, err := g.st.prepare(ctx, g.log)
-	if err != nil {
-		return won{}, err
-	}
+func (g *getLock) acquire(ctx context.Context, lock string, try bool) (won, error) {
 	s, err := g.pin(ctx, lock)
 	if err != nil {
 		return won{}, err
@@ -171,12 +168,9 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 		return nil, during("opening a session", refusal(err))
 	}
 	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock}}
-	w := cfg.waitTimeout()
-	// A queued candidate waits up to queueWait in one statement: MariaDB's
-	// max_statement_time, which a DBA may set globally, must not cut it
-	// off (the executable comment is MariaDB's; other servers skip it).
-	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d /*M!100108 , max_statement_time = 0 */", w, 2*w, 2*w)
-	if _, err := conn.ExecContext(ctx, setup); err != nil {
+	// A queued candidate waits up to queueWait in one statement, which no
+	// statement time limit may cut (see platform.sessionSetup).
+	if _, err := conn.ExecContext(ctx, g.server.sessionSetup(cfg.waitTimeout())); err != nil {
 		s.close()
 		return nil, during("setting up the session", refusal(err))
 	}
@@ -185,7 +179,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	// dropped within W): wait for it within the lease.
 	var got sql.NullInt64
 	wait := g.limit.fit(cfg.Lease)
-	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), wait.Seconds())).Scan(&s.id, &got); err != nil {
+	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), g.server.lockWait(wait))).Scan(&s.id, &got); err != nil {
 		s.close()
 		return nil, during("setting up the session", refusal(err))
 	}
@@ -230,7 +224,7 @@ func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (
 	var got sql.NullInt64
 	wait = s.g.limit.fit(wait)
 	began := time.Now()
-	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", name, wait.Seconds())).Scan(&got)
+	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", name, s.g.server.lockWait(wait))).Scan(&got)
 	ran := time.Since(began)
 	cut := errors.Is(err, mysql.ErrInvalidConn)
 	if wait > 0 && ctx.Err() == nil && (err == nil || cut) {

@@ -56,12 +56,13 @@ type store struct {
 
 	tbl tables
 
-	mu     sync.Mutex
-	lock   string    // the lock name, once learnt
-	ready  bool      // a candidate has checked the tables and the server
-	galera bool      // the server runs Galera (see Term.check)
-	owed   []owedEnd // ends of terms not recorded yet (see payOwed)
-	starts int       // terms started through this store, for pruneDue
+	mu       sync.Mutex
+	lock     string    // the lock name, once learnt
+	ready    bool      // a candidate has checked the tables and the server
+	platform platform  // the server, once ready
+	strategy Strategy  // the candidate's, once ready: Config.Strategy, or the one the server supports
+	owed     []owedEnd // ends of terms not recorded yet (see payOwed)
+	starts   int       // terms started through this store, for pruneDue
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
@@ -100,8 +101,9 @@ func (s *store) lockName(ctx context.Context) (string, error) {
 	return lock, nil
 }
 
-// prepare reads the server's platform, then creates or checks the tables,
-// once, before a candidate's first campaign; it returns the lock name.
+// prepare reads the server's platform and settles the candidate's
+// strategy, then creates or checks the tables, once, before a candidate's
+// first campaign; it returns the lock name.
 func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	// Bounded as a session's setup is: a server that accepts the connection
 	// and never answers must not hold a campaign forever, whatever ctx.
@@ -120,7 +122,7 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	warnings, err := p.check(s.cfg.Strategy)
+	strategy, why, err := p.strategyFor(s.cfg.Strategy)
 	if err != nil {
 		return "", err
 	}
@@ -131,20 +133,24 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	if err := check(ctx, s.db, s.tbl); err != nil {
 		return "", err
 	}
-	for _, w := range warnings {
+	if why != "" {
+		log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
+	}
+	for _, w := range p.warnings(strategy) {
 		log.Warn(w)
 	}
 	s.mu.Lock()
-	s.ready, s.galera = true, p.galera
+	s.ready, s.platform, s.strategy = true, p, strategy
 	s.mu.Unlock()
 	return lock, nil
 }
 
-// onGalera reports whether the server is a Galera node, as prepare found.
-func (s *store) onGalera() bool {
+// server returns the server's platform and the candidate's strategy, as
+// prepare found them.
+func (s *store) server() (platform, Strategy) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.galera
+	return s.platform, s.strategy
 }
 
 // Record is the keepalive row of an election as anyone with SELECT on the
@@ -223,8 +229,9 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 			// and the kill. Nothing was killed; its end is its own to record.
 			return nil
 		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
-			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION ADMIN "+
-				"(MySQL 8, MariaDB 10.5+) or SUPER, or run every candidate as the same user",
+			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION_ADMIN "+
+				"(MySQL 8), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate as the same user "+
+				"(on Amazon RDS and Aurora, which end other users' sessions only through CALL mysql.rds_kill, the way that works)",
 				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
 			if counted != nil {
 				counted(err)
@@ -250,12 +257,23 @@ func utcMicros(col string) string {
 }
 
 // conflict reports a transaction aborted for a conflict with another
-// session's: a deadlock on one server, a certification failure or a
-// brute-force abort on Galera, all error 1213. Nothing of it was written;
-// in a campaign it is a lost race.
+// session's. Nothing of it was written; in a campaign it is a lost race.
+// A deadlock on one server, a certification failure or a brute-force abort
+// on Galera: 1213. A certification failure on Group Replication: 3101
+// (1180 before MySQL 8.0), read from MySQL's manual ("Group Replication",
+// "Transaction Checks"; error reference), not tested here. A write
+// conflict of TiDB's optimistic transactions: 9007 (TiDB manual, "Error
+// Codes").
 func conflict(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1213
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1213, 3101, 1180, 9007:
+		return true
+	}
+	return false
 }
 
 // atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
@@ -502,14 +520,15 @@ type presence struct {
 // its candidate lock before it joins.
 func (p *presence) join(ctx context.Context, q querier) error {
 	st := p.st
+	_, strategy := st.server()
 	var other sql.NullString
 	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
-		alive("c"), p.lock, st.cfg.Strategy.String())).Scan(&other)
+		alive("c"), p.lock, strategy.String())).Scan(&other)
 	if err != nil {
 		return during("reading the candidates", schemaError(st.tbl, err))
 	}
 	if other.Valid {
-		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, st.name, st.cfg.Strategy)
+		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, st.name, strategy)
 	}
 	if err := p.beat(ctx, q); err != nil {
 		return err
@@ -525,13 +544,18 @@ func (p *presence) join(ctx context.Context, q querier) error {
 // process changed.
 func (p *presence) beat(ctx context.Context, q querier) error {
 	st := p.st
+	_, strategy := st.server()
 	host, _ := os.Hostname()
-	expiry := 2*st.cfg.heartbeatPeriod() + st.cfg.Margin
+	expiry := (2*st.cfg.heartbeatPeriod() + st.cfg.Margin).Microseconds()
+	// No VALUES() in the update: MySQL deprecates it (8.0.20, warning
+	// 1287), MariaDB has no row alias to replace it; the values are sent
+	// twice. since is assigned first, so it compares the old pid and host.
 	_, err := q.ExecContext(ctx, text("INSERT INTO `"+st.tbl.candidate+"` "+
 		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?) "+
-		"ON DUPLICATE KEY UPDATE since = IF(pid <=> VALUES(pid) AND host <=> VALUES(host), since, VALUES(since)), "+
-		"strategy = VALUES(strategy), host = VALUES(host), pid = VALUES(pid), seen_at = VALUES(seen_at), expiry_us = VALUES(expiry_us)",
-		p.lock, st.cfg.Identity, st.cfg.Strategy.String(), host, os.Getpid(), expiry.Microseconds()))
+		"ON DUPLICATE KEY UPDATE since = IF(pid <=> ? AND host <=> ?, since, UTC_TIMESTAMP(6)), "+
+		"strategy = ?, host = ?, pid = ?, seen_at = UTC_TIMESTAMP(6), expiry_us = ?",
+		p.lock, st.cfg.Identity, strategy.String(), host, os.Getpid(), expiry,
+		os.Getpid(), host, strategy.String(), host, os.Getpid(), expiry))
 	if err != nil {
 		return during("candidate heartbeat", schemaError(st.tbl, err))
 	}

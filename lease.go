@@ -41,11 +41,7 @@ type leaseHold struct {
 // acquire tries to take the lease every CheckInterval until it gets it or
 // ctx ends. Each try is one statement while the lease is held, and the
 // claim and the bump (opener.openTerm) only when it looks free.
-func (l *leaseRow) acquire(ctx context.Context, try bool) (won, error) {
-	lock, err := l.st.prepare(ctx, l.log)
-	if err != nil {
-		return won{}, err
-	}
+func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, error) {
 	h := &leaseHold{st: l.st, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
 	// As for a pinned session, whose lock waits end after 2W: a try stuck
 	// in a network partition gives up, so that the candidate soon tries

@@ -28,6 +28,14 @@ import (
 // server is the one server of this test binary, started by TestMain.
 var server *mysqltest.Server
 
+// serverVersion is the server's VERSION(); onTiDB is true on TiDB, where
+// GetLock is refused (TestStrategyChosenForTheServer) and the scenarios
+// run under LeaseRow alone.
+var (
+	serverVersion string
+	onTiDB        bool
+)
+
 // exampleDatabases are dropped by TestMain: examples have no t.Cleanup.
 var exampleDatabases []string
 
@@ -37,8 +45,24 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
 		server = s
+		if db, err := sql.Open("mysql", s.DSN("")); err == nil {
+			db.QueryRow("SELECT VERSION()").Scan(&serverVersion)
+			db.Close()
+		}
+		if onTiDB = strings.Contains(serverVersion, "TiDB"); onTiDB {
+			strategies = []election.Strategy{election.LeaseRow}
+		}
 		return dropExampleDatabases // examples have no t.Cleanup
 	}))
+}
+
+// needGetLock skips a test of the GetLock strategy where the server
+// refuses it.
+func needGetLock(t testing.TB) {
+	t.Helper()
+	if onTiDB {
+		t.Skip("GetLock is refused on TiDB (TestStrategyChosenForTheServer, TestTiDBUserLocks)")
+	}
 }
 
 func dropExampleDatabases() {

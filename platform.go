@@ -1,18 +1,36 @@
 package election
 
+// Every difference between the servers the library runs on is decided
+// here, from what detectPlatform reads before a candidate's first
+// campaign: which strategy the server can serve, and how the statements
+// that differ are spelled. docs/protocol.md, "Platforms", gives the
+// argument for each; the README's support table says what is tested.
+
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 )
 
-// platform is what an Elector learns about the server before its first
-// campaign, from server variables anyone may read.
+// flavor is the server product, as its version string names it.
+type flavor int
+
+const (
+	mariaDB flavor = iota
+	mySQL          // Oracle MySQL, Percona Server, Amazon RDS and Aurora
+	tiDB
+)
+
+// platform is what an Elector learns about the server, from server
+// variables anyone may read.
 type platform struct {
 	version      string // VERSION()
-	galera       bool   // wsrep_on: Galera, Percona XtraDB Cluster
-	multiPrimary bool   // Group Replication in multi-primary mode
-	statementLog bool   // binary logging with binlog_format=STATEMENT
+	flavor       flavor
+	galera       bool // wsrep_on: Galera, Percona XtraDB Cluster
+	multiPrimary bool // Group Replication in multi-primary mode
+	statementLog bool // binary logging with binlog_format=STATEMENT
 }
 
 func detectPlatform(ctx context.Context, q querier) (platform, error) {
@@ -41,29 +59,149 @@ func platformOf(vars map[string]string) platform {
 		v := strings.ToUpper(vars[name])
 		return v == "ON" || v == "1"
 	}
-	return platform{
+	p := platform{
 		version:      vars["version"],
 		galera:       on("wsrep_on"),
 		multiPrimary: vars["group_replication_group_name"] != "" && vars["group_replication_single_primary_mode"] != "" && !on("group_replication_single_primary_mode"),
 		statementLog: on("log_bin") && strings.EqualFold(vars["binlog_format"], "STATEMENT"),
 	}
+	switch {
+	case strings.Contains(p.version, "TiDB"): // 8.0.11-TiDB-v8.4.0
+		p.flavor = tiDB
+	case strings.Contains(p.version, "MariaDB"):
+		p.flavor = mariaDB
+	default:
+		p.flavor = mySQL
+	}
+	return p
 }
 
-// check refuses a strategy whose guarantees the server cannot give, and
-// returns warnings to log.
-func (p platform) check(s Strategy) (warnings []string, err error) {
-	if s == GetLock {
-		switch {
-		case p.galera:
-			return nil, fmt.Errorf("%w: %s runs Galera (wsrep_on=ON), where GET_LOCK holds only on the node that took it, so two nodes could lead at once: use Config.Strategy = election.LeaseRow", ErrUnsupported, p.version)
-		case p.multiPrimary:
-			return nil, fmt.Errorf("%w: %s runs Group Replication in multi-primary mode, where GET_LOCK holds only on the member that took it: use Config.Strategy = election.LeaseRow", ErrUnsupported, p.version)
-		}
+// getLockUnsound says why GET_LOCK cannot hold an election on this server,
+// or "" if it can.
+func (p platform) getLockUnsound() string {
+	switch {
+	case p.galera:
+		return "runs Galera (wsrep_on=ON), where GET_LOCK holds only on the node that took it, so two nodes could lead at once"
+	case p.multiPrimary:
+		return "runs Group Replication in multi-primary mode, where GET_LOCK holds only on the member that took it"
+	case p.flavor == tiDB:
+		// Measured here (TestTiDBGetLock), and TiDB's manual, "Locking
+		// Functions", lists its differences from MySQL's.
+		return "is TiDB, whose GET_LOCK cannot hold an election: IS_USED_LOCK answers 1 to other sessions, not the holder's session, " +
+			"so no one can tell who holds it; KILL does not end a session waiting in GET_LOCK; and a held lock is dropped after max-txn-ttl"
 	}
+	return ""
+}
+
+// strategyFor returns the strategy a candidate configured with s uses on
+// this server: s itself, or for Auto the one the server supports, with why
+// it was chosen. A GetLock the server cannot serve is refused.
+func (p platform) strategyFor(s Strategy) (chosen Strategy, why string, err error) {
+	unsound := p.getLockUnsound()
+	switch {
+	case s == Auto && unsound != "":
+		return LeaseRow, p.version + " " + unsound, nil
+	case s == Auto:
+		return GetLock, p.version + " holds GET_LOCK for the whole server", nil
+	case s == GetLock && unsound != "":
+		return s, "", fmt.Errorf("%w: %s %s: use Config.Strategy = election.LeaseRow, or leave it unset to have it chosen", ErrUnsupported, p.version, unsound)
+	}
+	return s, "", nil
+}
+
+// warnings are what a candidate logs about the server at its first
+// campaign.
+func (p platform) warnings(s Strategy) []string {
+	var w []string
 	if p.statementLog {
-		warnings = append(warnings, "binlog_format=STATEMENT: replicas re-execute statements, so a fenced write "+
+		w = append(w, "binlog_format=STATEMENT: replicas re-execute statements, so a fenced write "+
 			"that reads nondeterministic values (NOW(), UUID(), LIMIT without ORDER BY) may differ on a replica promoted "+
 			"after a failover; prefer binlog_format=ROW or MIXED")
 	}
-	return warnings, nil
+	if s == GetLock && p.flavor == mySQL {
+		w = append(w, "MySQL waits in GET_LOCK for whole seconds: a CheckInterval under a second is rounded up to one for the deputy's checks")
+	}
+	return w
+}
+
+// lockWait is the timeout GET_LOCK is given for a wait of d. MariaDB
+// takes fractions of a second; MySQL reads the timeout as an integer
+// (sql/item_func.cc, Item_func_get_lock::val_int: args[1]->val_int(),
+// rounded), so a wait under half a second would become GET_LOCK(name, 0)
+// and the deputy would loop without pause: it is rounded up instead. A try
+// (0) stays 0.
+func (p platform) lockWait(d time.Duration) float64 {
+	if p.flavor == mariaDB || d <= 0 {
+		return d.Seconds()
+	}
+	return math.Ceil(d.Seconds())
+}
+
+// sessionSetup is the statement that sets up a pinned session: its
+// wait_timeout w, its row and metadata lock waits 2w, and no statement
+// time limit, which a DBA may set globally and which would cut a queued
+// candidate's hour-long GET_LOCK: MariaDB's max_statement_time; MySQL's
+// max_execution_time, which applies to every top-level SELECT (MySQL
+// manual, "Server System Variables", max_execution_time).
+func (p platform) sessionSetup(w int64) string {
+	limit := "max_execution_time = 0"
+	if p.flavor == mariaDB {
+		limit = "max_statement_time = 0"
+	}
+	return fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d, %s", w, 2*w, 2*w, limit)
+}
+
+// setWaitTimeout is the statement that gives a session wait_timeout w,
+// inside transactions too: TiDB ends a session idle inside a transaction
+// after tidb_idle_transaction_timeout when that is set (a DBA's global),
+// else after wait_timeout (TiDB manual, "System Variables").
+func (p platform) setWaitTimeout(w int64) string {
+	if p.flavor == tiDB {
+		return fmt.Sprintf("SET SESSION wait_timeout = %d, tidb_idle_transaction_timeout = %d", w, w)
+	}
+	return fmt.Sprintf("SET SESSION wait_timeout = %d", w)
+}
+
+// resetWaitTimeout undoes setWaitTimeout, for a session going back to the
+// pool.
+func (p platform) resetWaitTimeout() string {
+	if p.flavor == tiDB {
+		return "SET SESSION wait_timeout = DEFAULT, tidb_idle_transaction_timeout = DEFAULT"
+	}
+	return "SET SESSION wait_timeout = DEFAULT"
+}
+
+// fenceLock is how a fenced transaction's check read locks the epoch row,
+// so that the next term's bump waits for the transaction to end. A shared
+// lock, where the server has one: TiDB refuses LOCK IN SHARE MODE (error
+// 1235), or with tidb_enable_noop_functions takes no lock at all; its FOR
+// UPDATE locks (TestTiDBFencedWriteRefused). On Galera and multi-primary
+// Group Replication the row is also written (certifies), which needs the
+// exclusive lock anyway.
+func (p platform) fenceLock() string {
+	if p.flavor == tiDB || p.certifies() {
+		return " FOR UPDATE"
+	}
+	return " LOCK IN SHARE MODE"
+}
+
+// certifies reports a multi-primary cluster, where a row lock holds only
+// on the member that took it and a transaction commits only if no write
+// set committed before it touched the same rows: Galera, and Group
+// Replication in multi-primary mode (MySQL manual, "Group Replication",
+// "Transaction Checks" and "Multi-Primary Mode").
+func (p platform) certifies() bool { return p.galera || p.multiPrimary }
+
+// causalRead is the statement after which a session's reads see every
+// write set the cluster committed before them: wsrep_sync_wait on Galera,
+// group_replication_consistency = BEFORE on Group Replication (MySQL
+// manual, "Transaction Consistency Guarantees"); "" elsewhere.
+func (p platform) causalRead() string {
+	switch {
+	case p.galera:
+		return "SET SESSION wsrep_sync_wait = 1"
+	case p.multiPrimary:
+		return "SET SESSION group_replication_consistency = 'BEFORE'"
+	}
+	return ""
 }

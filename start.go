@@ -84,18 +84,21 @@ func (s opener) unclaim(ctx context.Context, q querier, lock string, session, cl
 
 // predecessor reads the last term from the record, and the server's clock,
 // which the next token must reach (see claim); one row even if the
-// election has none yet.
+// election has none yet. The lock is named by value, not by the record's
+// column, which is NULL then: MySQL 5.7+ and TiDB refuse IS_USED_LOCK(NULL)
+// with error 3057 (TestFirstTermOfANewElection), where MariaDB returns
+// NULL.
 func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
 	var p predecessor
 	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, COALESCE(epoch, 0), COALESCE(holder, ''), COALESCE(host, ''), COALESCE(pid, 0), "+
 		"COALESCE("+utcMicros("since")+", 0), "+
 		"COALESCE("+utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", 0), "+
-		"COALESCE("+utcMicros("COALESCE(ended_at, renewed_at)")+", 0), strategy, state, conn_id, IS_USED_LOCK(r.lock_name), "+
+		"COALESCE("+utcMicros("COALESCE(ended_at, renewed_at)")+", 0), strategy, state, conn_id, IS_USED_LOCK(?), "+
 		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
 		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), delay_until), "+
-		s.handingOver("r")+" FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock)).
+		s.handingOver("r")+" FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock, lock)).
 		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.seenUS, &p.strategy, &p.state, &p.session, &p.owner,
 			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.delayLeftUS, &p.handing)
 	if err != nil {
@@ -138,13 +141,14 @@ func (s opener) handingOver(r string) string {
 //     it may have ended before it was over (it crashed, or its Campaign's
 //     context ended), and ended gracefully, and so owes nothing itself.
 func (s opener) succeed(p predecessor) (time.Duration, error) {
+	_, strategy := s.server()
 	// Does the last term still act, by its own strategy's rules?
 	acting := p.state.String == stateLeading && !p.stale.Bool &&
 		(p.strategy.String == LeaseRow.String() || p.owner.Valid && p.owner.Int64 == p.session.Int64)
 	switch {
-	case acting && p.strategy.String != s.cfg.Strategy.String():
+	case acting && p.strategy.String != strategy.String():
 		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.name, p.strategy.String)
-	case acting && s.cfg.Strategy == LeaseRow && !p.overdue.Bool:
+	case acting && strategy == LeaseRow && !p.overdue.Bool:
 		return 0, ErrHeld
 	case p.handing.Bool:
 		return 0, errYield
@@ -182,8 +186,9 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 // failover of the database").
 func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor, delay time.Duration) (uint64, error) {
 	host, _ := os.Hostname()
+	_, strategy := s.server()
 	claimed := max(p.epoch+1, p.nowUS)
-	values := []any{s.name, s.cfg.Strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
+	values := []any{s.name, strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
 	if !p.exists {
 		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
 			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at) "+
@@ -260,7 +265,7 @@ func (s opener) bump(ctx context.Context, q querier, lock string, session, claim
 func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, claimed uint64) (uint64, error) {
 	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) "+
 		"SELECT r.lock_name, r.epoch FROM `"+s.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
-		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.tbl.epoch+"`.epoch + 1, VALUES(epoch)))", lock, claimed, session))
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.tbl.epoch+"`.epoch + 1, ?))", lock, claimed, session, claimed))
 	if err != nil {
 		return 0, during("bumping the epoch", schemaError(s.tbl, err))
 	}

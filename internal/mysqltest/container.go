@@ -38,17 +38,32 @@ func dockerAnswers() bool {
 	return true
 }
 
-// ContainerImage is the image the harness runs when it falls back to Docker.
+// ContainerImage is the image the harness runs when it falls back to Docker
+// and $ELECTION_TEST_IMAGE is unset.
 const ContainerImage = "mariadb:10.11"
+
+// EnvImage names the environment variable that chooses the container's
+// image: a MariaDB image if its name contains "mariadb", else a MySQL one.
+// With a Docker engine, `ELECTION_TEST_IMAGE=mysql:8.4 go test ./...` runs
+// the suite against MySQL 8.4, whatever server is on PATH
+// ($ELECTION_TEST_DSN still comes first).
+const EnvImage = "ELECTION_TEST_IMAGE"
 
 // startContainer returns nil, nil when no Docker engine answers. Otherwise
 // it starts a container through the helper in ./docker, a module of its own
 // so that testcontainers stays out of the election module's go.mod.
 func startContainer(ctx context.Context) (*Server, error) {
+	image := os.Getenv(EnvImage)
 	if !dockerAnswers() {
+		if image != "" {
+			return nil, fmt.Errorf("mysqltest: $%s=%s needs a Docker engine, and none answers", EnvImage, image)
+		}
 		return nil, nil
 	}
-	return startHelper(ctx, containerHelperDir(), "-image", ContainerImage)
+	if image == "" {
+		image = ContainerImage
+	}
+	return startHelper(ctx, containerHelperDir(), "-image", image)
 }
 
 // containerHelperDir is ./docker beside this file in the source tree the

@@ -1,8 +1,10 @@
 // Package mysqltest gives tests, examples and benchmarks a real MySQL or
-// MariaDB server: the one named by $ELECTION_TEST_DSN, else a private
-// throwaway mariadbd/mysqld found on PATH, else a container when a Docker
-// engine answers (started by the helper module in ./docker, through
-// testcontainers, with `go run`). It never mocks the server.
+// MariaDB server: a private tidb-server when $ELECTION_TEST_SERVER is
+// "tidb" (StartTiDB); else the one named by $ELECTION_TEST_DSN, else a
+// private throwaway mariadbd/mysqld found on PATH, else a container when a
+// Docker engine answers (started by the helper module in ./docker, through
+// testcontainers, with `go run`; $ELECTION_TEST_IMAGE, say mysql:8.4, picks
+// the image and skips the search of PATH). It never mocks the server.
 package mysqltest
 
 import (
@@ -37,6 +39,7 @@ type Server struct {
 	tmpdir       string // its own: a starting server deletes every #sql* file in its tmpdir
 	dir          string // holds datadir, tmpdir, the socket, the pid file and the error log
 	port         int
+	tidb         bool       // a tidb-server (StartTiDB), not mariadbd or mysqld
 	runAs        *user.User // the OS user the server runs as; nil: this process's
 	options      []string   // server options after the harness's own
 	mu           sync.Mutex
@@ -77,6 +80,9 @@ func (s *Server) Config(db string) *mysql.Config {
 // Start returns the server the environment gives, in the order the package
 // doc states, or an error that says how to get one.
 func Start(ctx context.Context) (*Server, error) {
+	if os.Getenv(EnvServer) == "tidb" {
+		return StartTiDB(ctx)
+	}
 	if dsn := os.Getenv(EnvDSN); dsn != "" {
 		s, err := Dial(ctx, dsn)
 		if err != nil {
@@ -84,7 +90,7 @@ func Start(ctx context.Context) (*Server, error) {
 		}
 		return s, nil
 	}
-	if bin := PrivateBinary(); bin != "" {
+	if bin := PrivateBinary(); bin != "" && os.Getenv(EnvImage) == "" {
 		return StartPrivate(ctx, bin)
 	}
 	if s, err := startContainer(ctx); s != nil || err != nil {
@@ -284,6 +290,9 @@ func (s *Server) Boot(ctx context.Context, once ...string) error {
 
 // command is the private server's command line, with extra options last.
 func (s *Server) command(extra ...string) *exec.Cmd {
+	if s.tidb {
+		return s.withProcAttr(s.tidbCommand(extra...))
+	}
 	args := []string{"--no-defaults",
 		"--datadir=" + s.datadir,
 		"--tmpdir=" + s.tmpdir,
@@ -298,7 +307,12 @@ func (s *Server) command(extra ...string) *exec.Cmd {
 		"--innodb-buffer-pool-size=64M",
 		"--innodb-flush-log-at-trx-commit=2",
 	}
-	cmd := exec.Command(s.bin, append(append(args, s.options...), extra...)...)
+	return s.withProcAttr(exec.Command(s.bin, append(append(args, s.options...), extra...)...))
+}
+
+// withProcAttr makes cmd a process group of its own that dies with this
+// process, run as the server's user.
+func (s *Server) withProcAttr(cmd *exec.Cmd) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if s.runAs != nil {
 		// Started as that user rather than dropping to it (--user as root):

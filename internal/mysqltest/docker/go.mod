@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/testcontainers/testcontainers-go v0.38.0
 	github.com/testcontainers/testcontainers-go/modules/mariadb v0.38.0
+	github.com/testcontainers/testcontainers-go/modules/mysql v0.38.0
 )
 
 require (

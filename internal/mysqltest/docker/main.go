@@ -1,4 +1,4 @@
-// Command docker starts a MariaDB container for the test harness
+// Command docker starts a MariaDB or MySQL container for the test harness
 // (internal/mysqltest) through testcontainers, prints its DSN on a line of
 // its own, and removes the container once its standard input is closed (the
 // harness closes it, or dies) or a signal arrives.
@@ -16,14 +16,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/mariadb"
+	"github.com/testcontainers/testcontainers-go/modules/mysql"
 )
 
 func main() {
-	image := flag.String("image", "mariadb:10.11", "the image to run")
+	image := flag.String("image", "mariadb:10.11", "the image to run: MariaDB if its name says mariadb, else MySQL")
 	flag.Parse()
 	if err := run(*image); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -34,8 +36,7 @@ func main() {
 func run(image string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := mariadb.Run(ctx, image,
-		mariadb.WithUsername("root"), mariadb.WithPassword("election"), mariadb.WithDatabase("election"))
+	c, err := start(ctx, image)
 	if err != nil {
 		testcontainers.TerminateContainer(c) // c may be a started container that failed its wait
 		return fmt.Errorf("starting %s: %w", image, err)
@@ -59,4 +60,22 @@ func run(image string) error {
 		return fmt.Errorf("removing the %s container: %w", image, err)
 	}
 	return nil
+}
+
+// container is what both modules' Run return.
+type container interface {
+	testcontainers.Container
+	ConnectionString(ctx context.Context, args ...string) (string, error)
+}
+
+// start runs image through the module for its server: a MySQL image ignores
+// the MARIADB_* variables, and each module waits for the log line its own
+// server prints once ready on port 3306.
+func start(ctx context.Context, image string) (container, error) {
+	if strings.Contains(image, "mariadb") {
+		return mariadb.Run(ctx, image,
+			mariadb.WithUsername("root"), mariadb.WithPassword("election"), mariadb.WithDatabase("election"))
+	}
+	return mysql.Run(ctx, image,
+		mysql.WithUsername("root"), mysql.WithPassword("election"), mysql.WithDatabase("election"))
 }
