@@ -164,7 +164,7 @@ func BenchmarkFenced(b *testing.B) {
 	createWrites(b, db)
 	admin := server.Open(b, "")
 	ctx := context.Background()
-	term, err := newElector(b, election.GetLock, db, "fenced-bench", "a").Campaign(ctx)
+	term, err := newElector(b, election.Auto, db, "fenced-bench", "a").Campaign(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -256,26 +256,6 @@ func utcMicros(col string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
 }
 
-// conflict reports a transaction aborted for a conflict with another
-// session's. Nothing of it was written; in a campaign it is a lost race.
-// A deadlock on one server, a certification failure or a brute-force abort
-// on Galera: 1213. A certification failure on Group Replication: 3101
-// (1180 before MySQL 8.0), read from MySQL's manual ("Group Replication",
-// "Transaction Checks"; error reference), not tested here. A write
-// conflict of TiDB's optimistic transactions: 9007 (TiDB manual, "Error
-// Codes").
-func conflict(err error) bool {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return false
-	}
-	switch me.Number {
-	case 1213, 3101, 1180, 9007:
-		return true
-	}
-	return false
-}
-
 // atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
 // the Unix epoch: the inverse of utcMicros.
 const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
@@ -362,7 +342,7 @@ func (s *store) renew(ctx context.Context, q querier, lock string, token, holder
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND ", lock, token, holder) + cond
 	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
 		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6)", s.cfg.Identity)+where)
-	if me := new(mysql.MySQLError); errors.As(err, &me) && (me.Number == 1142 || me.Number == 1146) { // denied, no table
+	if me := new(mysql.MySQLError); denied(err) || errors.As(err, &me) && me.Number == 1146 { // denied, no table
 		res, err = q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6)"+where)
 	}
 	if err != nil {

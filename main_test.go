@@ -127,8 +127,14 @@ func openDSN(t testing.TB, dsn string) *sql.DB {
 	return db
 }
 
+// newElector returns candidate id of election name on db under strategy s,
+// with the test timing. A test that asks for GetLock where the server
+// refuses it is skipped (see needGetLock).
 func newElector(t testing.TB, s election.Strategy, db *sql.DB, name, id string) *election.Elector {
 	t.Helper()
+	if s == election.GetLock {
+		needGetLock(t)
+	}
 	cfg := fast
 	cfg.Strategy = s
 	cfg.Identity = id

@@ -8,10 +8,13 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // flavor is the server product, as its version string names it.
@@ -21,6 +24,7 @@ const (
 	mariaDB flavor = iota
 	mySQL          // Oracle MySQL, Percona Server, Amazon RDS and Aurora
 	tiDB
+	vitess // vtgate, in front of MySQL (PlanetScale)
 )
 
 // platform is what an Elector learns about the server, from server
@@ -68,6 +72,8 @@ func platformOf(vars map[string]string) platform {
 	switch {
 	case strings.Contains(p.version, "TiDB"): // 8.0.11-TiDB-v8.4.0
 		p.flavor = tiDB
+	case strings.Contains(p.version, "Vitess"): // 8.0.31-Vitess
+		p.flavor = vitess
 	case strings.Contains(p.version, "MariaDB"):
 		p.flavor = mariaDB
 	default:
@@ -97,6 +103,12 @@ func (p platform) getLockUnsound() string {
 // this server: s itself, or for Auto the one the server supports, with why
 // it was chosen. A GetLock the server cannot serve is refused.
 func (p platform) strategyFor(s Strategy) (chosen Strategy, why string, err error) {
+	if p.flavor == vitess {
+		// Vitess's source, go/vt/vtgate/semantics/errors.go
+		// (LockOnlyWithDualError); not tested here.
+		return s, "", fmt.Errorf("%w: %s is vtgate, which allows locking functions only in a SELECT without tables, "+
+			"and both strategies read IS_USED_LOCK beside their tables: connect the candidates to the keyspace's primary MySQL directly", ErrUnsupported, p.version)
+	}
 	unsound := p.getLockUnsound()
 	switch {
 	case s == Auto && unsound != "":
@@ -204,4 +216,40 @@ func (p platform) causalRead() string {
 		return "SET SESSION group_replication_consistency = 'BEFORE'"
 	}
 	return ""
+}
+
+// conflict reports a transaction aborted for a conflict with another
+// session's. Nothing of it was written; in a campaign it is a lost race.
+// A deadlock on one server, a certification failure or a brute-force abort
+// on Galera: 1213. A certification failure on Group Replication: 3101
+// (1180 before MySQL 8.0), read from MySQL's manual ("Group Replication",
+// "Transaction Checks"; error reference), not tested here. A write
+// conflict of TiDB's optimistic transactions: 9007 (TiDB manual, "Error
+// Codes").
+func conflict(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1213, 3101, 1180, 9007:
+		return true
+	}
+	return false
+}
+
+// denied reports a statement refused for want of a privilege: a command
+// denied on a table (1142), a privilege denied (1227), or TiDB's "privilege
+// check for 'Update' fail" (8121; TestLeaseTermSurvivesAFailedHeartbeat
+// meets it on TiDB).
+func denied(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1142, 1227, 8121:
+		return true
+	}
+	return false
 }

@@ -68,7 +68,8 @@ func TestStrategyChosenForTheServer(t *testing.T) {
 	}
 	// TiDB: GetLock is refused, naming LeaseRow, with nothing written.
 	fresh, _ := newDB(t)
-	_, err = newElector(t, election.GetLock, fresh, "refused", "c").Campaign(ctx)
+	cfg.Strategy, cfg.Identity = election.GetLock, "c"
+	_, err = newElectorWith(t, fresh, "refused", cfg).Campaign(ctx)
 	if !errors.Is(err, election.ErrUnsupported) || !strings.Contains(err.Error(), "LeaseRow") {
 		t.Fatalf("GetLock on TiDB: %v, want ErrUnsupported naming LeaseRow", err)
 	}

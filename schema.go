@@ -178,7 +178,7 @@ func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
 			// the table exists: tables a DBA made are fine without it.
-			if _, check := missingColumns(ctx, db, t); !isDenied(err) || check != nil {
+			if _, check := missingColumns(ctx, db, t); !denied(err) || check != nil {
 				return during("creating the tables", schemaError(t, err))
 			}
 			break
@@ -215,7 +215,7 @@ func addColumns(ctx context.Context, db *sql.DB, t tables, missing []column) err
 		switch {
 		case err == nil, isDuplicateColumn(err): // another candidate added it meanwhile
 			continue
-		case isDenied(err):
+		case denied(err):
 			err = fmt.Errorf("%w: %w; the tables were made by an earlier version of this library and the elector's user may not add the columns this one needs: run this as a user with ALTER privilege:\n%s", ErrSchema, err, alters(missing[i:]))
 		case errors.As(err, &me) && me.Number == 1205:
 			// Not ErrSchema, which Run does not retry: the transaction
@@ -281,20 +281,20 @@ func schemaError(t tables, err error) error {
 	// yet, or not granted.
 	prefix := fmt.Sprintf(" (if the tables have another prefix, set Config.TablePrefix, electctl --prefix: this one is %q)", strings.TrimSuffix(t.record, "_record"))
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
-	switch me.Number {
-	case 1142, 1227: // a command or a privilege denied
-		if !strings.HasPrefix(me.Message, "CREATE") {
+	switch {
+	case denied(err):
+		if !strings.HasPrefix(me.Message, "CREATE") && !strings.Contains(me.Message, "'Create'") {
 			// The tables exist; a grant on them is missing.
 			// The server says "denied", not "doesn't exist", to a user
 			// with no grant on a table, so the prefix may be wrong too.
 			return fmt.Errorf("%w: %w; grant the user what the message names%s: %s", ErrSchema, err, prefix, grants(t))
 		}
 		return fmt.Errorf("%w: %w; the elector's user may not create the tables: create them first%s%s", ErrSchema, err, prefix, fix)
-	case 1054: // no such column: tables made by an earlier version
+	case me.Number == 1054: // no such column: tables made by an earlier version
 		return fmt.Errorf("%w: %w; the tables were made by an earlier version of this library: a candidate adds the columns on first use, unless Config.SkipCreateTables is set; or run these as a user with ALTER privilege (one that fails with error 1060, duplicate column, is done already):\n%s", ErrSchema, err, alters(t.added()))
-	case 1146: // no such table
+	case me.Number == 1146: // no such table
 		return fmt.Errorf("%w: %w; create the tables (or leave Config.SkipCreateTables unset)%s%s", ErrSchema, err, prefix, fix)
-	case 1046: // no database selected
+	case me.Number == 1046: // no database selected
 		return fmt.Errorf("%w: %w; the DSN must name a database, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig, err)
 	}
 	return err
@@ -325,11 +325,6 @@ func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
 		t.candidate + "` and `" + t.term + "`; operators that demote or hand over need SELECT on all four and UPDATE on `" + t.record +
 		"` and `" + t.term + "`; readers need SELECT (README, \"Set-up for DBAs\")"
-}
-
-func isDenied(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1227)
 }
 
 // lockName derives the server-wide GET_LOCK name of an election. Lock names

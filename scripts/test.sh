@@ -7,9 +7,13 @@
 # module tidy, and go vet, with the installed Go and with the oldest Go
 # supported (go.mod's go line; fetched through the module proxy), and the
 # protocol's SPIN model (scripts/spin.sh, which installs spin if needed).
+# Last, the root package's suite again against a private TiDB, built once
+# from the module proxy (scripts/tidb.sh); skipped, saying why, when it
+# cannot be built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/mariadb.sh
+. scripts/tidb.sh
 # Every module of the workspace (go.work). "./..." would stop at the nested
 # modules (electionprom, electionotel, electiongocron, cmd/electbench,
 # internal/mysqltest/docker), even in workspace mode; the module path pattern
@@ -34,3 +38,7 @@ bash scripts/spin.sh
 ensure_mariadb
 ensure_galera
 go test -race -count=1 -timeout 20m "$@" "$pkgs"
+if ensure_tidb; then
+  echo "the root package's suite against TiDB ($ELECTION_TIDB_SERVER):"
+  ELECTION_TEST_SERVER=tidb go test -race -count=1 -timeout 20m "$@" github.com/sqlelect/election
+fi
