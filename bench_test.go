@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"syscall"
 	"testing"
@@ -37,7 +38,7 @@ func BenchmarkFailover(b *testing.B) {
 						b.Fatal(err)
 					}
 					return func() {
-						if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+						if _, err := admin.Exec(fmt.Sprint("KILL CONNECTION ", rec.ConnID)); err != nil {
 							b.Fatal(err)
 						}
 					}

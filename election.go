@@ -1,15 +1,16 @@
 // Package election elects one leader among many candidates through a MySQL
 // or MariaDB server that the candidates already use.
 //
-// With the default strategy, GetLock, each candidate pins one session from
-// the caller's *sql.DB and blocks in GET_LOCK. The winner bumps a
-// per-election epoch, which is the term's fencing token, and keeps the
-// session busy with keepalives that confirm it still holds the lock. When
-// the leader's process dies the server frees the lock and the next candidate
-// leads milliseconds later. The LeaseRow strategy holds the election with a
-// lease in a row instead, for Galera, multi-primary Group Replication and
-// connection-multiplexing proxies, at the price of failing over only after
-// Lease+Margin.
+// With the GetLock strategy, which the library takes wherever the server's
+// GET_LOCK can hold an election (Config.Strategy left unset: Auto), each
+// candidate pins one session from the caller's *sql.DB and blocks in
+// GET_LOCK. The winner bumps a per-election epoch, which is the term's
+// fencing token, and keeps the session busy with keepalives that confirm it
+// still holds the lock. When the leader's process dies the server frees the
+// lock and the next candidate leads milliseconds later. The LeaseRow
+// strategy holds the election with a lease in a row instead, for Galera,
+// multi-primary Group Replication, TiDB and connection-multiplexing
+// proxies, at the price of failing over only after Lease+Margin.
 //
 // An Elector is one candidate. Its Run is the usual entry point: it
 // campaigns, runs the leader's function with a context cancelled when
@@ -56,7 +57,8 @@
 // Tokens are durable InnoDB rows. A failover to an asynchronous replica that
 // lost the last commits can hand out a token twice; back the election with
 // semi-synchronous replication or a single-primary Group Replication cluster.
-// GET_LOCK is not cluster-wide on Galera or multi-primary Group Replication.
+// GET_LOCK is not cluster-wide on Galera or multi-primary Group Replication,
+// and cannot hold an election on TiDB: GetLock is refused there.
 package election
 
 import (

@@ -72,7 +72,7 @@ func TestOperatorViewsAgree(t *testing.T) {
 		}
 		if s == election.GetLock { // a lease holds no session to kill
 			faults = append(faults, fault{"KILL CONNECTION", func(l election.Record) {
-				if _, err := db.ExecContext(ctx, "KILL CONNECTION ?", l.ConnID); err != nil {
+				if _, err := db.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", l.ConnID)); err != nil {
 					t.Fatal(err)
 				}
 			}, "session-lost"})

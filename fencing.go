@@ -232,11 +232,11 @@ func (t *Term) beginTx(ctx context.Context) (*fencedConn, *sql.Tx, error) {
 // Fenced, and with it Run's function, for as long, after the term has
 // ended. So if the term ends while the COMMIT is in flight, the session is
 // killed, Interval later, from the pool: its COMMIT then fails, with an
-// unknown outcome. Not on a multi-primary cluster, where the pool may reach
-// another member (nor behind a proxy that does: the kill checks that it
-// reaches the session's server).
+// unknown outcome. Not where the platform forbids it (killsCommits), nor
+// behind a proxy that reaches another server: the kill checks that it
+// reaches the session's server.
 func (t *Term) commit(ctx context.Context, tx *sql.Tx, s fencedSession) error {
-	if server, _ := t.st.server(); server.certifies() {
+	if server, _ := t.st.server(); !server.killsCommits() {
 		return tx.Commit()
 	}
 	done, watched := make(chan struct{}), make(chan struct{})

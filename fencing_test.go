@@ -104,7 +104,7 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			admin.Exec("KILL CONNECTION ?", rec.ConnID)
+			admin.Exec(fmt.Sprint("KILL CONNECTION ", rec.ConnID))
 		} else {
 			ta.Resign(ctx)
 		}
@@ -629,9 +629,9 @@ func TestFencedAfterKeptSessionDropped(t *testing.T) {
 	createWrites(t, db)
 	admin := server.Open(t, "")
 	ctx := ctxFor(t, time.Minute)
-	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "dropped", "a")), 10*time.Second).term
+	ta := await(t, campaign(ctx, newElector(t, election.Auto, db, "dropped", "a")), 10*time.Second).term
 	first := fencedConnID(t, ctx, ta, "a")
-	if _, err := admin.ExecContext(ctx, "KILL CONNECTION ?", first); err != nil {
+	if _, err := admin.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", first)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the killed session to end", 10*time.Second, func() bool {
@@ -656,12 +656,15 @@ func TestFencedAfterKeptSessionDropped(t *testing.T) {
 // A session that fails once fn has run is not retried: fn may have done
 // anything. The next Fenced runs on a fresh session.
 func TestFencedDoesNotRetryOnceFnRan(t *testing.T) {
+	if onTiDB {
+		t.Skip("killing a session inside a transaction makes the TiDB build tested here panic and end every session (platform.killsCommits)")
+	}
 	t.Parallel()
 	db, _ := newDB(t)
 	createWrites(t, db)
 	admin := server.Open(t, "")
 	ctx := ctxFor(t, time.Minute)
-	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "no-retry", "a")), 10*time.Second).term
+	ta := await(t, campaign(ctx, newElector(t, election.Auto, db, "no-retry", "a")), 10*time.Second).term
 	calls := 0
 	err := ta.Fenced(ctx, func(tx *sql.Tx) error {
 		calls++
@@ -669,7 +672,7 @@ func TestFencedDoesNotRetryOnceFnRan(t *testing.T) {
 		if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
 			return err
 		}
-		if _, err := admin.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+		if _, err := admin.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", id)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'killed')", ta.Token())
@@ -693,7 +696,7 @@ func TestFencedRestoresWaitTimeout(t *testing.T) {
 	db, _ := newDB(t)
 	createWrites(t, db)
 	ctx := ctxFor(t, time.Minute)
-	ta := await(t, campaign(ctx, newElector(t, election.GetLock, db, "restore", "a")), 10*time.Second).term
+	ta := await(t, campaign(ctx, newElector(t, election.Auto, db, "restore", "a")), 10*time.Second).term
 	err := ta.Fenced(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "SET SESSION wait_timeout = 28800")
 		return err

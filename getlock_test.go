@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"strings"
@@ -18,6 +19,7 @@ import (
 // After a term ends, however it ends, no session in the pool owns the lock:
 // the pinned session was dropped, never returned.
 func TestPoolHoldsNoLockAfterTerms(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	admin := server.Open(t, "")
@@ -33,7 +35,7 @@ func TestPoolHoldsNoLockAfterTerms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+			if _, err := admin.Exec(fmt.Sprint("KILL CONNECTION ", rec.ConnID)); err != nil {
 				t.Fatal(err)
 			}
 			<-term.Done()
@@ -79,6 +81,7 @@ func assertPoolHoldsNoLock(t *testing.T, db *sql.DB, lock string) {
 // candidate leads. (Under LeaseRow the term goes on:
 // TestLeaseTermSurvivesConnectionReset.)
 func TestConnectionResetEndsGetLockTerm(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	ta, rb, proxy := proxiedLeader(t, election.GetLock, "reset")
 	proxy.Reset()
@@ -95,6 +98,7 @@ func TestConnectionResetEndsGetLockTerm(t *testing.T) {
 // that window its fenced writes are refused by the database, and the old
 // term ends at the keepalive.
 func TestKilledSessionIsFenced(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	createWrites(t, db)
@@ -111,7 +115,7 @@ func TestKilledSessionIsFenced(t *testing.T) {
 	rb := campaign(ctx, b)
 	time.Sleep(200 * time.Millisecond)
 	killed := time.Now()
-	if _, err := admin.Exec("KILL CONNECTION ?", rec.ConnID); err != nil {
+	if _, err := admin.Exec(fmt.Sprint("KILL CONNECTION ", rec.ConnID)); err != nil {
 		t.Fatal(err)
 	}
 	tb := await(t, rb, 10*time.Second).term
@@ -152,6 +156,7 @@ func isOneOf(err error, targets ...error) bool {
 // owner and kills the session. The next term starts only after the stuck
 // term ended, with a higher token.
 func TestHangDetectionKillsStuckLeader(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
@@ -174,6 +179,7 @@ func TestHangDetectionKillsStuckLeader(t *testing.T) {
 // Without the privilege to kill the stuck leader's session, a contender
 // reports it and never takes over while that session holds the lock.
 func TestHangWithoutKillPrivilege(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
@@ -222,6 +228,7 @@ func holdRecordRow(t *testing.T, db *sql.DB) func() {
 // the next term does not start before that leader's lease has certainly
 // expired, on the database clock.
 func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
@@ -256,6 +263,7 @@ func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
 // still does not act before the killed leader's lease has ended (the
 // model's first finding, docs/protocol.md).
 func TestLockDelayOutlivesTheTermThatOwedIt(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
@@ -377,6 +385,7 @@ func parseDBTime(t *testing.T, s string) time.Time {
 // waiter takes its place at once and still kills a leader that hangs, and
 // the dead one is listed as dead at once.
 func TestSilentWaitersAndTheDeputy(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -425,7 +434,7 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 			"AND INFO NOT LIKE '%/deputy%' AND INFO NOT LIKE '%election-candidate/%'", dbName).Scan(&deputy)
 		return err == nil
 	})
-	if _, err := admin.ExecContext(ctx, "KILL CONNECTION ?", deputy); err != nil {
+	if _, err := admin.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", deputy)); err != nil {
 		t.Fatal(err)
 	}
 	var gone string
@@ -502,6 +511,7 @@ func liveCandidates(t *testing.T, ops *election.Operator) map[string]bool {
 // Two candidates with one identity: the second is refused, naming the fix,
 // while the first campaigns.
 func TestIdentityInUse(t *testing.T) {
+	needGetLock(t)
 	t.Parallel()
 	db, _ := newDB(t)
 	ctx := ctxFor(t, time.Minute)
@@ -522,6 +532,7 @@ func TestIdentityInUse(t *testing.T) {
 // no more campaigns, and leads when its turn comes. The driver's own lines
 // go to slog through its connector's Logger (README, "Logs").
 func TestReadTimeoutBelowTheWaits(t *testing.T) {
+	needGetLock(t)
 	const readTimeout = 500 * time.Millisecond
 	timing := election.Config{Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second, CheckInterval: time.Second}
 	// candidate returns an Elector on a pool whose DSN sets readTimeout,
@@ -621,6 +632,7 @@ func TestReadTimeoutBelowTheWaits(t *testing.T) {
 // Not parallel: it changes a global variable, and parallel tests start only
 // once the sequential ones have finished.
 func TestQueuedWaitOutlastsMaxStatementTime(t *testing.T) {
+	needGetLock(t)
 	db, _ := newDB(t)
 	dbName := dbNameOf(t, db)
 	admin := server.Open(t, "")

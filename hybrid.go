@@ -136,7 +136,7 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	if why != "" {
 		log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
 	}
-	for _, w := range p.warnings(strategy) {
+	for _, w := range p.warnings(strategy, s.cfg.CheckInterval) {
 		log.Warn(w)
 	}
 	s.mu.Lock()

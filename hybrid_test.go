@@ -56,6 +56,7 @@ func TestLeaderRecord(t *testing.T) {
 // candidates or from the acting term itself; once the election is idle the
 // strategy may change.
 func TestMixedStrategiesRefused(t *testing.T) {
+	needGetLock(t) // the other strategy
 	t.Parallel()
 	for _, first := range strategies {
 		second := election.LeaseRow

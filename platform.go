@@ -121,17 +121,18 @@ func (p platform) strategyFor(s Strategy) (chosen Strategy, why string, err erro
 	return s, "", nil
 }
 
-// warnings are what a candidate logs about the server at its first
-// campaign.
-func (p platform) warnings(s Strategy) []string {
+// warnings are what a candidate of strategy s, whose deputy checks every
+// check, logs about the server at its first campaign.
+func (p platform) warnings(s Strategy, check time.Duration) []string {
 	var w []string
 	if p.statementLog {
 		w = append(w, "binlog_format=STATEMENT: replicas re-execute statements, so a fenced write "+
 			"that reads nondeterministic values (NOW(), UUID(), LIMIT without ORDER BY) may differ on a replica promoted "+
 			"after a failover; prefer binlog_format=ROW or MIXED")
 	}
-	if s == GetLock && p.flavor == mySQL {
-		w = append(w, "MySQL waits in GET_LOCK for whole seconds: a CheckInterval under a second is rounded up to one for the deputy's checks")
+	if s == GetLock && p.flavor == mySQL && check%time.Second != 0 {
+		w = append(w, fmt.Sprintf("MySQL waits in GET_LOCK for whole seconds: the deputy checks the leader every %v, not every CheckInterval (%v)",
+			time.Duration(p.lockWait(check))*time.Second, check))
 	}
 	return w
 }
@@ -203,6 +204,15 @@ func (p platform) fenceLock() string {
 // Replication in multi-primary mode (MySQL manual, "Group Replication",
 // "Transaction Checks" and "Multi-Primary Mode").
 func (p platform) certifies() bool { return p.galera || p.multiPrimary }
+
+// killsCommits reports whether a fenced transaction's COMMIT still in
+// flight after its term may be cut by killing its session (Term.commit).
+// Not on a multi-primary cluster, where the pool may reach another member;
+// not on TiDB, whose build tested here panics, and so ends every session,
+// when a session with uncommitted writes is killed ("Query execution was
+// interrupted" from its memory tracker; TestFencedDoesNotRetryOnceFnRan
+// meets it).
+func (p platform) killsCommits() bool { return !p.certifies() && p.flavor != tiDB }
 
 // causalRead is the statement after which a session's reads see every
 // write set the cluster committed before them: wsrep_sync_wait on Galera,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -165,7 +166,7 @@ func TestFencedWriteCommitsBeforeTheNextTerm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := db.ExecContext(ctx, "KILL CONNECTION ?", rec.ConnID); err != nil {
+			if _, err := db.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", rec.ConnID)); err != nil {
 				t.Fatal(err)
 			}
 		} else {

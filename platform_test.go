@@ -61,7 +61,7 @@ func TestPlatformChecks(t *testing.T) {
 			if (tc.strategy == Auto) != (why != "") {
 				t.Fatalf("why %q: want one exactly when the strategy was chosen", why)
 			}
-			if got := strings.Join(p.warnings(chosen), "\n"); !strings.Contains(got, tc.warnsAbout) || (tc.warnsAbout == "") != (got == "") {
+			if got := strings.Join(p.warnings(chosen, 200*time.Millisecond), "\n"); !strings.Contains(got, tc.warnsAbout) || (tc.warnsAbout == "") != (got == "") {
 				t.Fatalf("warnings %q, want about %q", got, tc.warnsAbout)
 			}
 		})
@@ -105,8 +105,17 @@ func TestPlatformStatements(t *testing.T) {
 			t.Errorf("%s: fence lock %q, want %q", p.version, got, want)
 		}
 	}
+	if w := mysql.warnings(GetLock, 2*time.Second); len(w) != 0 {
+		t.Errorf("MySQL with a whole-second CheckInterval: %q, want no warning", w)
+	}
+	if w := strings.Join(mysql.warnings(GetLock, 1500*time.Millisecond), ""); !strings.Contains(w, "every 2s") {
+		t.Errorf("MySQL with CheckInterval 1.5s: %q, want the deputy's 2s", w)
+	}
 	if !strings.Contains(tidb.setWaitTimeout(6), "tidb_idle_transaction_timeout = 6") || strings.Contains(mysql.setWaitTimeout(6), "tidb") {
 		t.Errorf("wait_timeout: TiDB %q, MySQL %q", tidb.setWaitTimeout(6), mysql.setWaitTimeout(6))
+	}
+	if galera.killsCommits() || group.killsCommits() || tidb.killsCommits() || !mysql.killsCommits() || !mariadb.killsCommits() {
+		t.Error("a COMMIT past its term is killed on a single MySQL or MariaDB server only")
 	}
 	if !galera.certifies() || !group.certifies() || mysql.certifies() || tidb.certifies() {
 		t.Error("only Galera and multi-primary Group Replication certify write sets")
