@@ -160,7 +160,7 @@ func ExampleOperator_Leader() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(rec.Identity, rec.Token == term.Token(), rec.State, rec.LockConnID == rec.ConnID)
+	fmt.Println(rec.Identity, rec.Token == term.Token(), rec.State, rec.Leading())
 	// Output: host-a true leading true
 }
 
