@@ -133,8 +133,13 @@ func PrivateBinary() string {
 }
 
 // StartPrivate initializes a fresh datadir and starts the server binary bin
-// on a free loopback port.
+// (mariadbd or mysqld) on a free loopback port.
 func StartPrivate(ctx context.Context, bin string) (*Server, error) {
+	return startPrivate(ctx, bin, false)
+}
+
+// startPrivate is StartPrivate, of a tidb-server if tidb is set.
+func startPrivate(ctx context.Context, bin string, tidb bool) (*Server, error) {
 	dir, err := os.MkdirTemp("", "election-mysqld-")
 	if err != nil {
 		return nil, err
@@ -149,6 +154,7 @@ func StartPrivate(ctx context.Context, bin string) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	s.tidb = tidb
 	s.stop = func() { os.RemoveAll(dir) }
 	if err := s.Initialize(ctx); err != nil {
 		s.Close()
@@ -216,8 +222,12 @@ func (s *Server) isMariaDB() bool {
 }
 
 // Initialize creates the private server's system tables in its empty
-// datadir, with a root user that needs no password.
+// datadir, with a root user that needs no password. A tidb-server makes
+// its own at its first start.
 func (s *Server) Initialize(ctx context.Context) error {
+	if s.tidb {
+		return nil
+	}
 	var cmd *exec.Cmd
 	if s.isMariaDB() {
 		install := ""

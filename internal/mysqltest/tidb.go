@@ -33,8 +33,8 @@ func tidbBinary() (string, error) {
 	return "", fmt.Errorf("mysqltest: %s=tidb, but no tidb-server: run `. scripts/tidb.sh && ensure_tidb` (scripts/test.sh does), which builds it and sets $%s", EnvServer, EnvTiDBBinary)
 }
 
-// StartTiDB starts a private tidb-server with its own unistore storage (an
-// in-process store: one server, nothing shared) on a free loopback port.
+// StartTiDB starts a private tidb-server, as StartPrivate does, with its own
+// unistore storage: an in-process store, so one server, nothing shared.
 // Like a private MariaDB it can be killed, paused and booted again on the
 // same data.
 func StartTiDB(ctx context.Context) (*Server, error) {
@@ -42,27 +42,7 @@ func StartTiDB(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "election-tidb-")
-	if err != nil {
-		return nil, err
-	}
-	port, err := FreePort()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	s, err := NewPrivate(bin, dir, port, "")
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	s.tidb = true
-	s.stop = func() { os.RemoveAll(dir) }
-	if err := s.Boot(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return startPrivate(ctx, bin, true)
 }
 
 // tidbCommand is a private tidb-server's command line, with extra options
