@@ -110,11 +110,13 @@ func (e *Elector) acquire(ctx context.Context, try bool) (won, error) {
 		return won{}, err
 	}
 	if e.side == nil { // only campaigns use it, one at a time
-		switch server, strategy := e.st.server(); strategy {
+		switch server, strategy := e.st.settled(); strategy {
 		case LeaseRow:
 			e.side = newLeaseRow(e.st, e.log)
-		default:
+		case GetLock:
 			e.side = &getLock{st: e.st, server: server, log: e.log, kills: &e.stats.kills, killsDenied: &e.stats.killsDenied}
+		default:
+			panic(fmt.Sprintf("election: strategy %v not settled by prepare", strategy))
 		}
 	}
 	return e.side.acquire(ctx, lock, try)

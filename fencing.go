@@ -151,7 +151,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // session of its own that is dropped after: a certification failure can
 // come back before the newer epoch is applied here.
 func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
-	server, _ := s.server()
+	server, _ := s.settled()
 	if !server.certifies() {
 		return s.epoch(ctx, lock)
 	}
@@ -236,7 +236,7 @@ func (t *Term) beginTx(ctx context.Context) (*fencedConn, *sql.Tx, error) {
 // behind a proxy that reaches another server: the kill checks that it
 // reaches the session's server.
 func (t *Term) commit(ctx context.Context, tx *sql.Tx, s fencedSession) error {
-	if server, _ := t.st.server(); !server.killsCommits() {
+	if server, _ := t.st.settled(); !server.killsCommits() {
 		return tx.Commit()
 	}
 	done, watched := make(chan struct{}), make(chan struct{})
@@ -298,7 +298,7 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSessio
 		wait    int64
 		session fencedSession
 	)
-	server, _ := t.st.server()
+	server, _ := t.st.settled()
 	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
 		Scan(&current, &wait, &session.id, &session.server)
 	if err != nil {
@@ -393,7 +393,7 @@ func (k *keptSession) open(ctx context.Context) (*sql.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	server, _ := k.st.server()
+	server, _ := k.st.settled()
 	if _, err := conn.ExecContext(ctx, server.setWaitTimeout(k.st.cfg.waitTimeout())); err != nil {
 		drop(conn)
 		return nil, err
@@ -428,7 +428,7 @@ func (k *keptSession) put(ctx context.Context, s *fencedConn, clean bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.st.cfg.Interval)
 	defer cancel()
-	server, _ := k.st.server()
+	server, _ := k.st.settled()
 	if _, err := s.ExecContext(ctx, server.resetWaitTimeout()); err != nil {
 		drop(s.Conn)
 		return

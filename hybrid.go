@@ -145,9 +145,9 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	return lock, nil
 }
 
-// server returns the server's platform and the candidate's strategy, as
-// prepare found them.
-func (s *store) server() (platform, Strategy) {
+// settled returns the server's platform and the candidate's strategy, as
+// prepare settled them.
+func (s *store) settled() (platform, Strategy) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.platform, s.strategy
@@ -231,7 +231,7 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
 			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION_ADMIN "+
 				"(MySQL 8), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate as the same user "+
-				"(on Amazon RDS and Aurora, which end other users' sessions only through CALL mysql.rds_kill, the way that works)",
+				"(the only fix on Amazon RDS and Aurora, which end other users' sessions through CALL mysql.rds_kill alone)",
 				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
 			if counted != nil {
 				counted(err)
@@ -500,7 +500,7 @@ type presence struct {
 // its candidate lock before it joins.
 func (p *presence) join(ctx context.Context, q querier) error {
 	st := p.st
-	_, strategy := st.server()
+	_, strategy := st.settled()
 	var other sql.NullString
 	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
 		alive("c"), p.lock, strategy.String())).Scan(&other)
@@ -524,7 +524,7 @@ func (p *presence) join(ctx context.Context, q querier) error {
 // process changed.
 func (p *presence) beat(ctx context.Context, q querier) error {
 	st := p.st
-	_, strategy := st.server()
+	_, strategy := st.settled()
 	host, _ := os.Hostname()
 	expiry := (2*st.cfg.heartbeatPeriod() + st.cfg.Margin).Microseconds()
 	// No VALUES() in the update: MySQL deprecates it (8.0.20, warning

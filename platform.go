@@ -32,14 +32,16 @@ const (
 type platform struct {
 	version      string // VERSION()
 	flavor       flavor
-	galera       bool // wsrep_on: Galera, Percona XtraDB Cluster
-	multiPrimary bool // Group Replication in multi-primary mode
-	statementLog bool // binary logging with binlog_format=STATEMENT
+	galera       bool   // wsrep_on: Galera, Percona XtraDB Cluster
+	multiPrimary bool   // Group Replication in multi-primary mode
+	statementLog bool   // binary logging with binlog_format=STATEMENT
+	timeLimit    string // the server's statement time limit variable, "" if it has none
 }
 
 func detectPlatform(ctx context.Context, q querier) (platform, error) {
 	rows, err := q.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "+
-		"('version', 'wsrep_on', 'group_replication_group_name', 'group_replication_single_primary_mode', 'log_bin', 'binlog_format')")
+		"('version', 'wsrep_on', 'group_replication_group_name', 'group_replication_single_primary_mode', 'log_bin', 'binlog_format', "+
+		"'max_statement_time', 'max_execution_time')")
 	if err != nil {
 		return platform{}, fmt.Errorf("election: reading the server's variables: %w", err)
 	}
@@ -69,6 +71,11 @@ func platformOf(vars map[string]string) platform {
 		multiPrimary: vars["group_replication_group_name"] != "" && vars["group_replication_single_primary_mode"] != "" && !on("group_replication_single_primary_mode"),
 		statementLog: on("log_bin") && strings.EqualFold(vars["binlog_format"], "STATEMENT"),
 	}
+	for _, limit := range []string{"max_statement_time", "max_execution_time"} { // MariaDB's, MySQL's and TiDB's
+		if _, ok := vars[limit]; ok {
+			p.timeLimit = limit
+		}
+	}
 	switch {
 	case strings.Contains(p.version, "TiDB"): // 8.0.11-TiDB-v8.4.0
 		p.flavor = tiDB
@@ -91,8 +98,8 @@ func (p platform) getLockUnsound() string {
 	case p.multiPrimary:
 		return "runs Group Replication in multi-primary mode, where GET_LOCK holds only on the member that took it"
 	case p.flavor == tiDB:
-		// Measured here (TestTiDBGetLock), and TiDB's manual, "Locking
-		// Functions", lists its differences from MySQL's.
+		// The first, measured by TestTiDBUserLocks; the other two,
+		// measured by hand here (../shared/lab/tidb), not by a test.
 		return "is TiDB, whose GET_LOCK cannot hold an election: IS_USED_LOCK answers 1 to other sessions, not the holder's session, " +
 			"so no one can tell who holds it; KILL does not end a session waiting in GET_LOCK; and a held lock is dropped after max-txn-ttl"
 	}
@@ -141,27 +148,31 @@ func (p platform) warnings(s Strategy, check time.Duration) []string {
 // takes fractions of a second; MySQL reads the timeout as an integer
 // (sql/item_func.cc, Item_func_get_lock::val_int: args[1]->val_int(),
 // rounded), so a wait under half a second would become GET_LOCK(name, 0)
-// and the deputy would loop without pause: it is rounded up instead. A try
-// (0) stays 0.
+// and the deputy would loop without pause. There a wait under a second
+// waits one, and a longer one is rounded down, never past d: d may have
+// been shortened to fit under a DSN's readTimeout (readLimit), which then
+// must exceed a second. A try (0) stays 0.
 func (p platform) lockWait(d time.Duration) float64 {
 	if p.flavor == mariaDB || d <= 0 {
 		return d.Seconds()
 	}
-	return math.Ceil(d.Seconds())
+	return max(math.Floor(d.Seconds()), 1)
 }
 
 // sessionSetup is the statement that sets up a pinned session: its
 // wait_timeout w, its row and metadata lock waits 2w, and no statement
 // time limit, which a DBA may set globally and which would cut a queued
-// candidate's hour-long GET_LOCK: MariaDB's max_statement_time; MySQL's
+// candidate's hour-long GET_LOCK: MariaDB's max_statement_time, or MySQL's
 // max_execution_time, which applies to every top-level SELECT (MySQL
-// manual, "Server System Variables", max_execution_time).
+// manual, "Server System Variables"); whichever the server lists, so that
+// a proxy that rewrites the version, or a MySQL older than 5.7.8, is not
+// sent a variable it lacks.
 func (p platform) sessionSetup(w int64) string {
-	limit := "max_execution_time = 0"
-	if p.flavor == mariaDB {
-		limit = "max_statement_time = 0"
+	setup := fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d", w, 2*w, 2*w)
+	if p.timeLimit != "" {
+		setup += ", " + p.timeLimit + " = 0"
 	}
-	return fmt.Sprintf("SET SESSION wait_timeout = %d, innodb_lock_wait_timeout = %d, lock_wait_timeout = %d, %s", w, 2*w, 2*w, limit)
+	return setup
 }
 
 // setWaitTimeout is the statement that gives a session wait_timeout w,
@@ -188,9 +199,9 @@ func (p platform) resetWaitTimeout() string {
 // so that the next term's bump waits for the transaction to end. A shared
 // lock, where the server has one: TiDB refuses LOCK IN SHARE MODE (error
 // 1235), or with tidb_enable_noop_functions takes no lock at all; its FOR
-// UPDATE locks (TestTiDBFencedWriteRefused). On Galera and multi-primary
-// Group Replication the row is also written (certifies), which needs the
-// exclusive lock anyway.
+// UPDATE locks (TestFencedWriteCommitsBeforeTheNextTerm). On Galera and
+// multi-primary Group Replication the row is also written (certifies),
+// which needs the exclusive lock anyway.
 func (p platform) fenceLock() string {
 	if p.flavor == tiDB || p.certifies() {
 		return " FOR UPDATE"

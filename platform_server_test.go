@@ -18,7 +18,8 @@ import (
 // The first term of a new election reads a record that does not exist yet:
 // the lock it asks IS_USED_LOCK about must not come from that missing row
 // (MySQL 5.7+ and TiDB refuse a NULL lock name with error 3057, MariaDB
-// answers NULL). Every strategy the server serves, on a fresh election.
+// answers NULL, so only the TiDB run can fail here). Every strategy the
+// server serves, on a fresh election.
 func TestFirstTermOfANewElection(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
 		db, _ := newDB(t)

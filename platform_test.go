@@ -35,7 +35,7 @@ func TestPlatformChecks(t *testing.T) {
 		{"TiDB refuses GET_LOCK", map[string]string{"version": tidb}, GetLock, 0, "IS_USED_LOCK", ""},
 		{"TiDB chooses the lease", map[string]string{"version": tidb}, Auto, LeaseRow, "", ""},
 		{"vtgate refuses the lease", map[string]string{"version": "8.0.31-Vitess"}, LeaseRow, 0, "vtgate", ""},
-		{"vtgate refuses GET_LOCK", map[string]string{"version": "8.0.31-Vitess"}, Auto, 0, "vtgate", ""},
+		{"vtgate refuses either", map[string]string{"version": "8.0.31-Vitess"}, Auto, 0, "vtgate", ""},
 		{"MySQL's GET_LOCK waits whole seconds", map[string]string{"version": mysql84}, GetLock, GetLock, "", "whole seconds"},
 		{"MySQL's lease does not wait in GET_LOCK", map[string]string{"version": mysql84}, LeaseRow, LeaseRow, "", ""},
 		{"statement-based binary log warns", map[string]string{"version": mariadb, "log_bin": "ON", "binlog_format": "STATEMENT"}, GetLock, GetLock, "", "binlog_format=STATEMENT"},
@@ -85,8 +85,8 @@ func TestPlatformStatements(t *testing.T) {
 		want float64
 	}{
 		{mariadb, 200 * time.Millisecond, 0.2},
-		{mysql, 200 * time.Millisecond, 1}, // not 0, which would make the deputy spin
-		{mysql, 1500 * time.Millisecond, 2},
+		{mysql, 200 * time.Millisecond, 1},  // not 0, which would make the deputy spin
+		{mysql, 1500 * time.Millisecond, 1}, // never past the wait: it may fit a readTimeout
 		{mysql, time.Hour, 3600},
 		{mysql, 0, 0}, // a try
 		{mariadb, 0, 0},
@@ -95,9 +95,11 @@ func TestPlatformStatements(t *testing.T) {
 			t.Errorf("%s: lockWait(%v) = %v, want %v", c.p.version, c.wait, got, c.want)
 		}
 	}
-	for p, want := range map[*platform]string{&mariadb: "max_statement_time = 0", &mysql: "max_execution_time = 0", &tidb: "max_execution_time = 0"} {
-		if got := p.sessionSetup(6); !strings.Contains(got, want) || !strings.Contains(got, "wait_timeout = 6") {
-			t.Errorf("%s: session setup %q, want wait_timeout = 6 and %s", p.version, got, want)
+	for vars, want := range map[string]string{"max_statement_time": "max_statement_time = 0", "max_execution_time": "max_execution_time = 0", "": ""} {
+		p := platformOf(map[string]string{"version": "10.11.19-MariaDB-proxied", vars: "0"})
+		got := p.sessionSetup(6)
+		if !strings.Contains(got, "wait_timeout = 6") || !strings.Contains(got, want) || want == "" && strings.Contains(got, "_time = 0") {
+			t.Errorf("a server listing %q: session setup %q, want wait_timeout = 6 and %q", vars, got, want)
 		}
 	}
 	for p, want := range map[*platform]string{&mariadb: " LOCK IN SHARE MODE", &mysql: " LOCK IN SHARE MODE", &tidb: " FOR UPDATE", &galera: " FOR UPDATE", &group: " FOR UPDATE"} {
@@ -108,8 +110,8 @@ func TestPlatformStatements(t *testing.T) {
 	if w := mysql.warnings(GetLock, 2*time.Second); len(w) != 0 {
 		t.Errorf("MySQL with a whole-second CheckInterval: %q, want no warning", w)
 	}
-	if w := strings.Join(mysql.warnings(GetLock, 1500*time.Millisecond), ""); !strings.Contains(w, "every 2s") {
-		t.Errorf("MySQL with CheckInterval 1.5s: %q, want the deputy's 2s", w)
+	if w := strings.Join(mysql.warnings(GetLock, 1500*time.Millisecond), ""); !strings.Contains(w, "every 1s") {
+		t.Errorf("MySQL with CheckInterval 1.5s: %q, want the deputy's 1s", w)
 	}
 	if !strings.Contains(tidb.setWaitTimeout(6), "tidb_idle_transaction_timeout = 6") || strings.Contains(mysql.setWaitTimeout(6), "tidb") {
 		t.Errorf("wait_timeout: TiDB %q, MySQL %q", tidb.setWaitTimeout(6), mysql.setWaitTimeout(6))

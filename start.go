@@ -141,7 +141,7 @@ func (s opener) handingOver(r string) string {
 //     it may have ended before it was over (it crashed, or its Campaign's
 //     context ended), and ended gracefully, and so owes nothing itself.
 func (s opener) succeed(p predecessor) (time.Duration, error) {
-	_, strategy := s.server()
+	_, strategy := s.settled()
 	// Does the last term still act, by its own strategy's rules?
 	acting := p.state.String == stateLeading && !p.stale.Bool &&
 		(p.strategy.String == LeaseRow.String() || p.owner.Valid && p.owner.Int64 == p.session.Int64)
@@ -186,7 +186,7 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 // failover of the database").
 func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor, delay time.Duration) (uint64, error) {
 	host, _ := os.Hostname()
-	_, strategy := s.server()
+	_, strategy := s.settled()
 	claimed := max(p.epoch+1, p.nowUS)
 	values := []any{s.name, strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
 	if !p.exists {

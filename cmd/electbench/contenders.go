@@ -189,6 +189,7 @@ func (c *candidate) recorded(ctx context.Context, term string, token uint64, do 
 // elector that fails ends them all.
 func (c *candidate) library(ctx context.Context, contender string, elections int) error {
 	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin, CheckInterval: c.tm.Check}
+	cfg.Strategy = election.GetLock
 	if contender == libLease {
 		cfg.Strategy = election.LeaseRow
 	}

@@ -36,9 +36,11 @@ func TestMain(m *testing.M) {
 // Galera a dead or paused node stalls every commit until the others evict
 // it (5 s), so failover after a node fault takes that long whatever the
 // timing; L = 2 s is the shortest the lab notes advise for node faults,
-// and keeps a killed process's failover (L + S) short.
+// and keeps a killed process's failover (L + S) short. The strategy is
+// left unset: every candidate of the suite must settle on LeaseRow by
+// itself (Auto), as a new user's would; had it settled on GetLock, the
+// suite's campaigns would all be refused.
 var timing = election.Config{
-	Strategy: election.LeaseRow,
 	Interval: 200 * time.Millisecond,
 	Lease:    2 * time.Second,
 	Margin:   time.Second,

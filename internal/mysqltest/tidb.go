@@ -50,6 +50,7 @@ func StartTiDB(ctx context.Context) (*Server, error) {
 func (s *Server) tidbCommand(extra ...string) *exec.Cmd {
 	status, _ := FreePort()
 	args := []string{"-store=unistore", "-path=" + s.datadir, "-host=127.0.0.1", "-P=" + strconv.Itoa(s.port),
-		"-status=" + strconv.Itoa(status), "-log-file=" + s.errorLog(), "-socket=" + filepath.Join(s.dir, "tidb.sock")}
+		"-status=" + strconv.Itoa(status), "-log-file=" + s.errorLog(), "-log-slow-query=" + filepath.Join(s.dir, "slow.log"),
+		"-socket=" + filepath.Join(s.dir, "tidb.sock")}
 	return exec.Command(s.bin, append(append(args, s.options...), extra...)...)
 }
