@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +39,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asMain) != "" {
 		main() // electctl, as the tests run it: see electctl
 	}
+	// The electctl processes the tests start get SIGHUP as a shell gives
+	// it, whatever this process was given: under nohup, and CI runners
+	// that start jobs so, SIGHUP is ignored, exec passes that on, and
+	// electctl run keeps a signal ignored at start ignored, by design. A
+	// signal caught here is reset to its default at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
 		server = s
 		return nil
