@@ -54,10 +54,11 @@
 // the same database and Fence (or the token) in downstream stores. Writes
 // that do not check the token are not fenced.
 //
-// Tokens are durable InnoDB rows. A failover to an asynchronous replica that
-// lost the last commits can hand out a token twice; back the election with
-// semi-synchronous replication or a single-primary Group Replication cluster.
-// GET_LOCK is not cluster-wide on Galera or multi-primary Group Replication,
+// Tokens are durable InnoDB rows, above every earlier token and at least
+// the server's clock in microseconds, so a replica promoted after its
+// primary died issues none twice, even one that lost the last terms, as
+// long as the failover takes longer than the two servers' clocks differ
+// (README, "Clusters and replicas"). GET_LOCK is not cluster-wide on Galera or multi-primary Group Replication,
 // and cannot hold an election on TiDB: GetLock is refused there.
 package election
 
