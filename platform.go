@@ -98,8 +98,9 @@ func (p platform) getLockUnsound() string {
 	case p.multiPrimary:
 		return "runs Group Replication in multi-primary mode, where GET_LOCK holds only on the member that took it"
 	case p.flavor == tiDB:
-		// The first, measured by TestTiDBUserLocks; the other two,
-		// measured by hand here (../shared/lab/tidb), not by a test.
+		// The first two, shown by TestTiDBUserLocks; the third, measured
+		// by hand here (../shared/lab/tidb: an hour by default), not by a
+		// test.
 		return "is TiDB, whose GET_LOCK cannot hold an election: IS_USED_LOCK answers 1 to other sessions, not the holder's session, " +
 			"so no one can tell who holds it; KILL does not end a session waiting in GET_LOCK; and a held lock is dropped after max-txn-ttl"
 	}

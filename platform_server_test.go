@@ -118,6 +118,30 @@ func TestTiDBUserLocks(t *testing.T) {
 		t.Fatalf("IS_USED_LOCK from another session names the holder (%d): TiDB now shows it; GetLock may be possible here", id)
 	}
 	t.Logf("holder %d; IS_USED_LOCK from another session: %v", id, seen)
+	// KILL does not end a session waiting in GET_LOCK: the wait runs to
+	// its timeout, so a deputy could not be stopped.
+	waiter, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	var waiterID uint64
+	if err := waiter.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&waiterID); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan time.Duration, 1)
+	go func() {
+		began := time.Now()
+		waiter.ExecContext(ctx, "DO GET_LOCK('tidb-holder', 3)")
+		waited <- time.Since(began)
+	}()
+	time.Sleep(300 * time.Millisecond) // the waiter is in GET_LOCK
+	if _, err := db.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", waiterID)); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-waited; d < 2500*time.Millisecond {
+		t.Fatalf("KILL ended a GET_LOCK wait after %v: TiDB now ends waits it kills", d)
+	}
 	if _, err := holder.ExecContext(ctx, "DO GET_LOCK(?, 1), RELEASE_LOCK(?)", strings.Repeat("n", 64), strings.Repeat("n", 64)); err != nil {
 		t.Fatalf("a 64-character lock name: %v", err)
 	}
