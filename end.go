@@ -10,10 +10,7 @@ package election
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // States of the record, and reasons in the term history.
@@ -78,7 +75,7 @@ func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uin
 		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
 		"SET r.state = ?, r.ended_at = "+timeAgo+", t.ended_at = "+timeAgo+", t.reason = ?",
 		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, agoMicros(end.at), agoMicros(end.at), end.why))
-	if me := new(mysql.MySQLError); denied(err) || errors.As(err, &me) && (me.Number == 1146 || me.Number == 1205 || me.Number == 1213) {
+	if denied(err) || serverError(err, 1146, 1205, 1213) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
 		err = s.endRecord(ctx, q, lock, token, end, "")

@@ -342,7 +342,7 @@ func (s *store) renew(ctx context.Context, q querier, lock string, token, holder
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND ", lock, token, holder) + cond
 	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
 		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6)", s.cfg.Identity)+where)
-	if me := new(mysql.MySQLError); denied(err) || errors.As(err, &me) && me.Number == 1146 { // denied, no table
+	if denied(err) || serverError(err, 1146) { // denied, no table
 		res, err = q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6)"+where)
 	}
 	if err != nil {

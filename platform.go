@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -248,30 +249,16 @@ func (p platform) causalRead() string {
 // "Transaction Checks"; error reference), not tested here. A write
 // conflict of TiDB's optimistic transactions: 9007 (TiDB manual, "Error
 // Codes").
-func conflict(err error) bool {
-	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return false
-	}
-	switch me.Number {
-	case 1213, 3101, 1180, 9007:
-		return true
-	}
-	return false
-}
+func conflict(err error) bool { return serverError(err, 1213, 3101, 1180, 9007) }
 
 // denied reports a statement refused for want of a privilege: a command
 // denied on a table (1142), a privilege denied (1227), or TiDB's "privilege
 // check for 'Update' fail" (8121; TestLeaseTermSurvivesAFailedHeartbeat
 // meets it on TiDB).
-func denied(err error) bool {
+func denied(err error) bool { return serverError(err, 1142, 1227, 8121) }
+
+// serverError reports whether err is a server error with one of numbers.
+func serverError(err error, numbers ...uint16) bool {
 	var me *mysql.MySQLError
-	if !errors.As(err, &me) {
-		return false
-	}
-	switch me.Number {
-	case 1142, 1227, 8121:
-		return true
-	}
-	return false
+	return errors.As(err, &me) && slices.Contains(numbers, me.Number)
 }

@@ -85,9 +85,10 @@ func (s opener) unclaim(ctx context.Context, q querier, lock string, session, cl
 // predecessor reads the last term from the record, and the server's clock,
 // which the next token must reach (see claim); one row even if the
 // election has none yet. The lock is named by value, not by the record's
-// column, which is NULL then: MySQL 5.7+ and TiDB refuse IS_USED_LOCK(NULL)
-// with error 3057 (TestFirstTermOfANewElection), where MariaDB returns
-// NULL.
+// column, which is NULL then: TiDB refuses IS_USED_LOCK(NULL) with error
+// 3057 (TestFirstTermOfANewElection, on TiDB), and so does MySQL 5.7+ by
+// its source (sql/item_func.cc: a NULL or empty user lock name is
+// ER_USER_LOCK_WRONG_NAME; read, not tested here); MariaDB returns NULL.
 func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
 	var p predecessor
 	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, COALESCE(epoch, 0), COALESCE(holder, ''), COALESCE(host, ''), COALESCE(pid, 0), "+
