@@ -199,8 +199,11 @@ func (c *cli) flagSet(cmd string, w io.Writer) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(w, "usage: electctl %s [flags] %s\n\nflags:\n", cmd, strings.ReplaceAll(strings.Join(commands[cmd], " "), "?", " (optional)"))
 		fs.PrintDefaults()
-		if cmd == "run" {
+		switch cmd {
+		case "run":
 			fmt.Fprint(w, runHelp)
+		case "watch":
+			fmt.Fprint(w, watchHelp)
 		}
 	}
 	return fs
@@ -256,8 +259,9 @@ func (c *cli) validate(cmd string, fs *flag.FlagSet, pos []string) string {
 			return fmt.Sprintf("%s is empty", strings.TrimSuffix(want[i], "?"))
 		}
 	}
+	c.dsnFrom = "--dsn"
 	if !given["dsn"] {
-		c.dsn = os.Getenv(envDSN)
+		c.dsn, c.dsnFrom = os.Getenv(envDSN), "$"+envDSN
 	}
 	return ""
 }

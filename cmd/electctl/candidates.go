@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/sqlelect/election"
 )
 
 // candidates prints who is in the race of election name: the leader, the
-// live candidates and the dead ones.
+// live candidates and the dead ones; none, with exit 0, for an election
+// that has had a term but has no candidate now.
 func (c *cli) candidates(ctx context.Context, name string) int {
 	e, err := c.operator(name)
 	if err != nil {
@@ -17,24 +21,35 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 		return c.fail(err)
 	}
 	if len(cs) == 0 {
-		fmt.Fprintf(c.errOut, "electctl: election %q has no candidates\n", name)
-		return exitNotFound
+		// Not found, as for status and history, only if the election has
+		// had no term either; one that has is listed as having none now.
+		r, err := e.Leader(ctx)
+		switch {
+		case errors.Is(err, election.ErrNoLeader) && r.Token == 0:
+			return c.noTerm(name)
+		case err != nil && !errors.Is(err, election.ErrNoLeader):
+			return c.fail(err)
+		}
 	}
 	if c.json {
 		type candView struct {
-			Identity  string  `json:"identity"`
-			Host      string  `json:"host"`
-			PID       int     `json:"pid"`
-			Since     string  `json:"since"`
-			SeenAgoMS float64 `json:"seen_ago_ms"`
-			Alive     bool    `json:"alive"`
-			Leader    bool    `json:"leader"`
+			Identity  string   `json:"identity"`
+			Host      string   `json:"host"`
+			PID       int      `json:"pid"`
+			Since     jsonTime `json:"since"`
+			SeenAgoMS float64  `json:"seen_ago_ms"`
+			Alive     bool     `json:"alive"`
+			Leader    bool     `json:"leader"`
 		}
 		views := []candView{}
 		for _, k := range cs {
-			views = append(views, candView{k.Identity, k.Host, k.PID, stamp(k.Since), ms(k.SeenAgo), k.Alive, k.Leader})
+			views = append(views, candView{k.Identity, k.Host, k.PID, jsonTime(k.Since), ms(k.SeenAgo), k.Alive, k.Leader})
 		}
 		return c.printJSON(views)
+	}
+	if len(cs) == 0 {
+		fmt.Fprintf(c.out, "no candidates: nobody campaigns in election %s now\n", shown(name))
+		return exitOK
 	}
 	var rows [][]string
 	for _, k := range cs {

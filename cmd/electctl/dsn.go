@@ -32,11 +32,17 @@ func (c *cli) open() (cfg *mysql.Config, code int, ok bool) {
 		fmt.Fprintf(c.errOut, "electctl: the DSN %s names no database; add /dbname\n", redact(cfg))
 		return nil, exitUsage, false
 	}
-	c.db, err = sql.Open("mysql", c.dsn)
+	// The driver's own log lines go through electctl's stderr, in its
+	// format, or are dropped (see driverLog). Per pool, not
+	// mysql.SetLogger: that is process-wide, and the tests run electctl
+	// in their process, each run with a stderr of its own.
+	cfg.Logger = driverLog{c.errOut}
+	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		fmt.Fprintf(c.errOut, "electctl: %v\n", err)
 		return nil, exitError, false
 	}
+	c.db, c.cfg = sql.OpenDB(conn), cfg
 	return cfg, exitOK, true
 }
 

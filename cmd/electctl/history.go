@@ -8,54 +8,6 @@ import (
 	"github.com/sqlelect/election"
 )
 
-// watch prints every change of leader of election name until interrupted.
-func (c *cli) watch(ctx context.Context, name string) int {
-	e, err := c.operator(name)
-	if err != nil {
-		return c.fail(err)
-	}
-	// Watch sends a term's end again when its leader later writes its own
-	// account (see Event): that line is marked revised, and says who leads
-	// now rather than "no leader" when a later term has started.
-	var newest election.Event // the latest start seen, and whether it has ended
-	ended := map[uint64]bool{}
-	for ev := range e.Watch(ctx) {
-		revised := !ev.Leading && ev.Token != 0 && ended[ev.Token]
-		if !ev.Leading && ev.Token != 0 {
-			ended[ev.Token] = true
-		}
-		if c.json {
-			c.writeJSON(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": stamp(ev.At), "revised": revised}, "")
-		}
-		switch {
-		case ev.Leading:
-			newest = ev
-		case ev.Token != 0 && ev.Token >= newest.Token:
-			newest.Leading = false
-		}
-		if c.json {
-			continue
-		}
-		switch {
-		case ev.Leading:
-			fmt.Fprintf(c.out, "%s  term %d started: %s leads\n", stamp(ev.At), ev.Token, shown(ev.Identity))
-		case ev.Token == 0:
-			fmt.Fprintf(c.out, "%s  no leader: the election has had no term\n", stamp(time.Now()))
-		default:
-			now := "no leader"
-			if newest.Leading {
-				now = fmt.Sprintf("%s leads (term %d)", shown(newest.Identity), newest.Token)
-			}
-			mark := ""
-			if revised {
-				mark = ", revised"
-			}
-			fmt.Fprintf(c.out, "%s  term %d of %s ended (%s)%s: %s\n", stamp(ev.At), ev.Token, shown(ev.Identity), shown(ev.Reason), mark, now)
-		}
-	}
-	return exitOK
-}
-
 // history prints the last --limit terms of election name, newest first.
 func (c *cli) history(ctx context.Context, name string) int {
 	e, err := c.operator(name)
@@ -71,19 +23,19 @@ func (c *cli) history(ctx context.Context, name string) int {
 	}
 	if c.json {
 		type termView struct {
-			Token    uint64 `json:"token"`
-			Leader   string `json:"leader"`
-			Host     string `json:"host"`
-			PID      int    `json:"pid"`
-			Server   string `json:"server"`
-			Started  string `json:"started"`
-			Ended    string `json:"ended"`
-			Reason   string `json:"reason"`
-			Duration string `json:"duration"`
+			Token    uint64   `json:"token"`
+			Leader   string   `json:"leader"`
+			Host     string   `json:"host"`
+			PID      int      `json:"pid"`
+			Server   string   `json:"server"`
+			Started  jsonTime `json:"started"`
+			Ended    jsonTime `json:"ended"`
+			Reason   string   `json:"reason"`
+			Duration string   `json:"duration"`
 		}
 		views := []termView{}
 		for _, t := range hist {
-			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, t.Server, stamp(t.Started), stamp(t.Ended), t.Reason, duration(t)})
+			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, t.Server, jsonTime(t.Started), jsonTime(t.Ended), t.Reason, duration(t)})
 		}
 		return c.printJSON(views)
 	}

@@ -19,10 +19,25 @@
 // --prefix, --json, --timeout, --limit (history), --interval (watch). The
 // command is the first argument that is neither a flag nor a flag's value;
 // after -- every argument is positional. Exit codes: 0 done, 1 error,
-// 2 usage, 3 no leader, 4 election or tables not found, 5 refused (a
-// hand-over target that is not campaigning, a kill, a grant or the login
-// the server refused), 6 another candidate leads. run exits with its
-// command's code instead (see run.go and electctl help run).
+// 2 usage, 3 no leader, 4 not found (an election that has had no term,
+// for candidates one that has neither a term nor a candidate; the tables;
+// the DSN's database), 5 refused (the login, the database or a grant the
+// server refused, a hand-over target that is not campaigning, a kill), 6
+// another candidate leads. run exits with its command's code instead (see
+// run.go and electctl help run). An error is one line on stderr: what
+// could not be done, and the fix.
+//
+// watch exits at once, with such a line and 4 or 5, when its reads fail
+// before one has succeeded for a reason retrying cannot fix (tables
+// missing, a login or grant refused). Later it retries: one line on stderr
+// when reads start to fail, with the error, and one when they work again;
+// the changes made meanwhile follow on stdout.
+//
+// Times are in UTC to the millisecond: 2026-11-23 12:31:05.245Z in
+// tables, RFC 3339 (2026-11-23T12:31:05.245Z) in JSON, where none is null.
+// The MySQL driver's own log lines are printed as electctl's, or dropped
+// when they report a connection that failed: the driver then retries the
+// statement on another, or electctl reports it as failed (see driverLog).
 //
 // Text read from the database is printed as it is only when every
 // character is printable and visible; otherwise it is quoted with Go
@@ -87,7 +102,9 @@ commands:
   help [COMMAND]         print this, or COMMAND's flags
 
 flags may come before or after the command; put -- before a NAME or ID that starts with -
-exit codes: 0 done, 1 error, 2 usage, 3 no leader, 4 not found, 5 refused, 6 another leads
+--json prints times as RFC 3339 in UTC (2026-11-23T12:31:05.245Z), null for none
+exit codes: 0 done, 1 error, 2 usage, 3 no leader, 4 not found (election, tables, database),
+5 refused (login, database, grant, hand-over target, kill), 6 another leads
 (run: CMD's code; see electctl help run)
 run "electctl help COMMAND" for a command's flags
 `
@@ -114,6 +131,8 @@ var commands = map[string][]string{
 type cli struct {
 	out, errOut io.Writer
 	dsn         string
+	dsnFrom     string        // where the DSN came from, for messages: --dsn or $ELECTION_DSN
+	cfg         *mysql.Config // the DSN, parsed; its password is never printed
 	prefix      string
 	json        bool
 	timeout     time.Duration
@@ -126,7 +145,7 @@ type cli struct {
 
 // run parses args, opens the database, runs the command and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := &cli{out: stdout, errOut: plainWriter{stderr}}
+	c := &cli{out: stdout, errOut: plainWriter{&lockedWriter{w: stderr}}}
 	cmd, pos, code, ok := c.parse(args)
 	if !ok {
 		return code
@@ -153,6 +172,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ctx = pingCtx
 	}
 	if err := c.db.PingContext(pingCtx); err != nil {
+		if line, code, ok := c.refused(err); ok {
+			fmt.Fprintf(c.errOut, "electctl: %s\n", line)
+			return code
+		}
 		fmt.Fprintf(c.errOut, "electctl: cannot reach %s: %v\n", redact(cfg), err)
 		return exitError
 	}

@@ -339,7 +339,8 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 	errOut.Reset()
 	empty := server.NewDatabase(t)
-	if code := run(ctx, []string{"status", "--dsn", server.DSN(empty)}, &out, &errOut); code != exitNotFound || !strings.Contains(errOut.String(), "CREATE TABLE") {
+	if code := run(ctx, []string{"status", "--dsn", server.DSN(empty)}, &out, &errOut); code != exitNotFound ||
+		!strings.Contains(errOut.String(), "`electctl schema` prints the DDL") || strings.Contains(errOut.String(), "CREATE TABLE") {
 		t.Fatalf("missing tables: %d %s", code, errOut.String())
 	}
 	assertNoTables(t, empty, "status on a database without the tables")

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -14,37 +13,17 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/sqlelect/election"
 )
 
 // What electctl prints: tables, JSON, exit codes, and strings from the
 // database escaped so that they cannot drive the operator's terminal.
 
-// denied reports whether the server refused a privilege.
-func denied(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1142 || me.Number == 1227)
-}
-
-// fail prints err and maps it to an exit code.
+// fail prints what err kept electctl from doing, and the fix, as one line
+// (see explain), and returns the exit code for it.
 func (c *cli) fail(err error) int {
-	fmt.Fprintf(c.errOut, "electctl: %v\n", err)
-	switch {
-	case errors.Is(err, election.ErrNoLeader):
-		return exitNoLeader
-	case errors.Is(err, election.ErrSchema) && denied(err):
-		return exitRefused // the tables exist; a grant is missing
-	case errors.Is(err, election.ErrSchema):
-		return exitNotFound
-	case errors.Is(err, election.ErrNotCandidate), errors.Is(err, election.ErrKillDenied), errors.Is(err, election.ErrAccessDenied):
-		return exitRefused
-	case errors.Is(err, election.ErrInvalidConfig):
-		return exitUsage
-	}
-	return exitError
+	line, code := c.explain(err)
+	fmt.Fprintf(c.errOut, "electctl: %s\n", line)
+	return code
 }
 
 // noTerm tells the operator that election name has never had a leader.
@@ -112,6 +91,35 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// jsonTime is a time in JSON: RFC 3339 in UTC to the millisecond, as
+// "2026-11-26T01:37:10.318Z" (what the tables print, in the form JSON
+// readers parse), or null for none.
+type jsonTime time.Time
+
+// rfc3339Milli is jsonTime's layout; the times are in UTC.
+const rfc3339Milli = "2006-01-02T15:04:05.000Z"
+
+func (t jsonTime) MarshalJSON() ([]byte, error) {
+	if time.Time(t).IsZero() {
+		return []byte("null"), nil
+	}
+	return []byte(`"` + time.Time(t).UTC().Format(rfc3339Milli) + `"`), nil
+}
+
+func (t *jsonTime) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*t = jsonTime{}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.Parse(time.RFC3339, s)
+	*t = jsonTime(v)
+	return err
 }
 
 // ago prints how long ago something was, to the millisecond.

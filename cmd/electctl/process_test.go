@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -542,5 +543,84 @@ func spoof(t *testing.T, db *sql.DB, holder, host, reason string) {
 		if _, err := db.Exec(q.sql, q.args...); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// An election that has had terms but has no candidate now is listed as
+// having none (exit 0); one that has had neither is not found (4), as
+// status and history say. It was "has no candidates", exit 4.
+func TestCandidatesOfAnElectionWithNone(t *testing.T) {
+	c := newCluster(t)
+	c.add("jobs", "a")
+	c.waitLeader("jobs")
+	c.cancel["a"]() // Run removes its candidate row as it returns
+	c.wg.Wait()
+	code, out, errOut := c.run("candidates", "jobs")
+	if code != exitOK || errOut != "" || out != "no candidates: nobody campaigns in election jobs now\n" {
+		t.Errorf("candidates of an election without any: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = c.run("candidates", "jobs", "--json")
+	if code != exitOK || errOut != "" || strings.TrimSpace(out) != "[]" {
+		t.Errorf("candidates --json of an election without any: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = c.run("candidates", "nosuch")
+	if code != exitNotFound || out != "" || !strings.Contains(errOut, `election "nosuch" not found: it has had no term`) {
+		t.Errorf("candidates of an election that has had no term: exit %d, want %d\n%s%s", code, exitNotFound, out, errOut)
+	}
+}
+
+// --json gives times in RFC 3339 to the millisecond, and null for none.
+// They were "2026-11-26 01:37:10.318Z", and "-" for none.
+func TestJSONTimesAreRFC3339(t *testing.T) {
+	c := newCluster(t)
+	c.add("jobs", "a")
+	c.waitLeader("jobs")
+	c.cancel["a"]()
+	c.wg.Wait()
+	c.add("jobs", "b")
+	c.waitLeader("jobs")
+	rfc3339 := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
+	check := func(what string, v any, none bool) {
+		t.Helper()
+		if none {
+			if v != nil {
+				t.Errorf("%s: %#v, want null", what, v)
+			}
+			return
+		}
+		s, _ := v.(string)
+		if _, err := time.Parse(time.RFC3339, s); err != nil || !rfc3339.MatchString(s) {
+			t.Errorf("%s: %#v is not RFC 3339 in UTC to the millisecond", what, v)
+		}
+	}
+	decode := func(args ...string) any {
+		t.Helper()
+		code, out, errOut := c.run(append(args, "--json")...)
+		var v any
+		if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil {
+			t.Fatalf("%q: exit %d, %v\n%s%s", args, code, err, out, errOut)
+		}
+		return v
+	}
+	check("status jobs: since", decode("status", "jobs").(map[string]any)["since"], false)
+	check("status: since", decode("status").([]any)[0].(map[string]any)["since"], false)
+	hist := decode("history", "jobs").([]any)
+	if len(hist) != 2 {
+		t.Fatalf("history: %d terms, want 2", len(hist))
+	}
+	check("history: the running term's start", hist[0].(map[string]any)["started"], false)
+	check("history: the running term's end", hist[0].(map[string]any)["ended"], true)
+	check("history: the first term's end", hist[1].(map[string]any)["ended"], false)
+	check("candidates: since", decode("candidates", "jobs").([]any)[0].(map[string]any)["since"], false)
+	var ev map[string]any
+	if line := firstWatchLine(t, c.dsn, "--json", "watch", "jobs"); json.Unmarshal([]byte(line), &ev) != nil {
+		t.Fatalf("watch --json: %q", line)
+	}
+	check("watch: at", ev["at"], false)
+	// And back: the views decode their own JSON.
+	var rec recordView
+	if code, out, _ := c.run("status", "jobs", "--json"); json.Unmarshal([]byte(out), &rec) != nil || code != exitOK ||
+		time.Since(time.Time(rec.Since)) > time.Minute || time.Time(rec.Since).After(time.Now().Add(time.Second)) {
+		t.Errorf("status --json decoded: since %v", time.Time(rec.Since))
 	}
 }

@@ -11,30 +11,30 @@ import (
 
 // recordView is the JSON form of a record.
 type recordView struct {
-	Election     string  `json:"election"`
-	Strategy     string  `json:"strategy"`
-	Leading      bool    `json:"leading"`
-	State        string  `json:"state"`
-	Leader       string  `json:"leader"`
-	Host         string  `json:"host"`
-	PID          int     `json:"pid"`
-	Token        uint64  `json:"token"`
-	Since        string  `json:"since"`
-	RenewedAgoMS float64 `json:"renewed_ago_ms"`
-	ExpiryMS     float64 `json:"expiry_ms"`
-	ConnID       uint64  `json:"conn_id"`
-	LockConnID   uint64  `json:"lock_conn_id"`
-	Demoting     bool    `json:"demotion_pending"`
-	HandoverTo   string  `json:"handover_to,omitempty"`
-	Server       string  `json:"server"`           // the server read from
-	Behind       string  `json:"behind,omitempty"` // why it may show an old leader
+	Election     string   `json:"election"`
+	Strategy     string   `json:"strategy"`
+	Leading      bool     `json:"leading"`
+	State        string   `json:"state"`
+	Leader       string   `json:"leader"`
+	Host         string   `json:"host"`
+	PID          int      `json:"pid"`
+	Token        uint64   `json:"token"`
+	Since        jsonTime `json:"since"`
+	RenewedAgoMS float64  `json:"renewed_ago_ms"`
+	ExpiryMS     float64  `json:"expiry_ms"`
+	ConnID       uint64   `json:"conn_id"`
+	LockConnID   uint64   `json:"lock_conn_id"`
+	Demoting     bool     `json:"demotion_pending"`
+	HandoverTo   string   `json:"handover_to,omitempty"`
+	Server       string   `json:"server"`           // the server read from
+	Behind       string   `json:"behind,omitempty"` // why it may show an old leader
 }
 
 // view gives the JSON form of an election's record, read from src.
 func view(r election.Record, src source) recordView {
 	return recordView{
 		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
-		Token: r.Token, Since: stamp(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
+		Token: r.Token, Since: jsonTime(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
 		ConnID: r.ConnID, LockConnID: r.LockConnID, Demoting: r.DemotedAgo > 0, HandoverTo: r.HandoverTo,
 		Server: src.Name, Behind: src.Behind,
 	}
