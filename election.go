@@ -14,11 +14,15 @@
 //
 // An Elector is one candidate. Its Run is the usual entry point: it
 // campaigns, runs the leader's function with a context cancelled when
-// leadership is lost, and campaigns again. Campaign and Term give finer
-// control, Term.Fenced and Fence make writes safe against stale leaders, and
-// TryRun runs a scheduled task on one instance only. An Operator reads and
-// steers an election without campaigning (Leader, Watch, History,
-// Candidates, Demote, Handover; see cmd/electctl).
+// leadership is lost or Run's context ends, and campaigns again when the
+// term ends, whether the function returned or leadership was lost; an
+// error wrapping ErrStop ends Run. After Run's context ends the function
+// has Margin to return, then the term is resigned without it. Campaign and
+// Term give finer control, Term.Fenced and Fence make writes safe against
+// stale leaders, and TryRun runs a scheduled task on one instance only.
+// Elector.Leader tells a follower who leads. An Operator reads and steers an
+// election without campaigning (Leader, Watch, History, Candidates, Demote,
+// Handover, Remove; see cmd/electctl).
 //
 // Recipes to copy, each a program run by its test against a real server,
 // are in the module's examples directory: examples/quickstart (a
@@ -69,6 +73,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,11 +92,13 @@ type Elector struct {
 	side strategy // chosen at the first campaign
 
 	mu      sync.Mutex
-	busy    bool   // a campaign or a term is under way
-	claim   uint64 // counts campaigns, so that a late keeper releases only its own
-	term    *Term  // the current term, if any
-	running *Term  // the term whose function Run is running
-	stopped error  // why the last Run returned, if retrying could not fix it
+	busy    bool      // a campaign or a term is under way
+	claim   uint64    // counts campaigns, so that a late keeper releases only its own
+	term    *Term     // the current term, if any
+	running *Term     // the term whose function Run is running
+	told    time.Time // when that function's context was cancelled
+	toldWhy error     // and why
+	stopped error     // why the last Run returned, if retrying could not fix it
 
 	stats counters
 }
@@ -248,34 +256,57 @@ func (e *Elector) end(claim uint64) {
 	e.mu.Unlock()
 }
 
+// Leader reads who leads the election, in one read of its record, as
+// Operator.Leader does: a follower that needs the leader's identity or
+// host asks its own Elector. When nobody leads it returns ErrNoLeader,
+// with the record of the last term if there was one; also before the
+// tables exist, when the first campaign is to create them.
+func (e *Elector) Leader(ctx context.Context) (Record, error) {
+	r, err := e.st.leader(ctx)
+	if !e.st.cfg.SkipCreateTables && serverError(err, 1146) { // no such table
+		return Record{}, ErrNoLeader
+	}
+	return r, err
+}
+
 // Run campaigns, runs fn while this candidate leads, and campaigns again
-// when a term is lost (at once, or after a pause when it was demoted), with
-// backoff after failed campaigns, until ctx ends.
+// when the term ends, until ctx ends or fn returns ErrStop.
 //
 // fn's context is cancelled when the term ends or ctx ends; fn must stop
 // acting then and return, within Margin. Run releases the election only
-// after fn has returned, so after a Resign, a demotion or the end of ctx the
-// next leader starts once fn has stopped. When the term ends without this
-// candidate's say, the next leader may start while fn still runs: at once
-// when the server ended the session (a KILL, a restart, a proxy reset),
-// Margin after the lease when this process was cut off or stuck, and after
-// the lease when fn ignored a demotion. Writes checked with the term's
-// fencing token (Term.Fenced, Fence) are refused from then on; other writes
-// are not. HealthHandler answers 503 while fn outlives its term by
-// more than Margin, for a supervisor to restart the process.
+// after fn has returned, so after a Resign or a demotion the next leader
+// starts once fn has stopped, at the latest when the lease ends. After ctx
+// ends, fn has Margin to return; if it has not, the term is resigned
+// without it and a WARN names it, so that the next leader starts at most
+// Margin after ctx ended (plus one CheckInterval under LeaseRow), however fn
+// behaves; Run itself returns only once fn has returned. When the term ends
+// without this candidate's say, the next leader may start while fn still
+// runs: at once when the server ended the session (a KILL, a restart, a
+// proxy reset), Margin after the lease when this process was cut off or
+// stuck, and after the lease when fn ignored a demotion. Writes checked
+// with the term's fencing token (Term.Fenced, Fence) are refused from then
+// on; other writes are not. HealthHandler answers 503 while fn runs more
+// than Margin after its context was cancelled, for a supervisor to restart
+// the process.
 //
-// Run returns ctx's error once ctx ends, and fn's result if fn returns while
-// the term is still held (the work is done; the term is resigned first).
-// A failed campaign (the server unreachable or restarting, a session lost)
-// is logged, reported to Observer.CampaignFailed and retried with backoff,
-// except for errors that retrying with the same DSN and Config cannot fix,
-// which Run returns at once: ErrAccessDenied (a wrong password, a database
-// that is missing or not the user's), ErrSchema (tables missing, a grant
-// missing), ErrInvalidConfig, ErrStrategy, ErrUnsupported and
-// ErrCampaigning. A DBA may fix the first two while the process runs; Run
-// leaves it to the caller to call it again later, or to exit for its
-// supervisor to restart it (HealthHandler answers 503 naming the error
-// until Run is called again).
+// fn's return ends the term, never the campaign: Run resigns the term and
+// campaigns again, after a backoff pause that lets another candidate lead
+// and keeps a function that returns at once from spinning (the pause is
+// reset by a term that lasted longer than Lease). An error fn returns is
+// logged at WARN. To end Run from fn (the work is done for good), return
+// an error wrapping ErrStop: Run resigns and returns that error.
+//
+// Run returns ctx's error once ctx ends. A failed campaign (the server
+// unreachable or restarting, a session lost) is logged, reported to
+// Observer.CampaignFailed and retried with backoff, except for errors that
+// retrying with the same DSN and Config cannot fix, which Run returns at
+// once: ErrAccessDenied (a wrong password, a database that is missing or
+// not the user's), ErrSchema (tables missing, a grant missing),
+// ErrInvalidConfig, ErrStrategy, ErrUnsupported and ErrCampaigning. A DBA
+// may fix the first two while the process runs; Run leaves it to the
+// caller to call it again later, or to exit for its supervisor to restart
+// it (HealthHandler answers 503 naming the error until Run is called
+// again).
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
 	defer e.leave(ctx)
 	e.setStopped(nil)
@@ -298,21 +329,27 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case lost == nil:
-			// Easy to do by mistake (a queue found empty, one batch done):
-			// say why this candidate stops campaigning.
-			e.log.Info("the leader's function returned while it led: Run returns and this candidate no longer campaigns", "err", fnErr)
+		case errors.Is(fnErr, ErrStop):
+			e.log.Info("the leader's function returned ErrStop: Run returns and this candidate no longer campaigns", "err", fnErr)
 			return fnErr
+		case lost == nil && fnErr != nil:
+			e.log.Warn("the leader's function failed: its term is resigned; campaigning again after a pause", "err", fnErr, "func", funcName(fn))
+		case lost == nil:
+			e.log.Info("the leader's function returned while it led: its term is resigned; campaigning again after a pause", "func", funcName(fn))
 		}
 		// A candidate that lost its term campaigns again at once: when every
 		// candidate has just lost a term (faults in a row), a pause here
-		// would leave nobody to take over. A demoted one steps aside for a
-		// backoff, so that another leads.
-		b.Reset()
-		if errors.Is(lost, ErrDemoted) {
+		// would leave nobody to take over. One whose function returned, or
+		// that was demoted, steps aside for a backoff, so that another leads.
+		if time.Since(t.start) > e.st.cfg.Lease {
+			b.Reset()
+		}
+		if lost == nil || errors.Is(lost, ErrDemoted) {
 			if err := pause(ctx, b); err != nil {
 				return err
 			}
+		} else {
+			b.Reset()
 		}
 	}
 }
@@ -372,21 +409,58 @@ func (e *Elector) leave(ctx context.Context) {
 }
 
 // runTerm runs fn for term t, with a context cancelled when t ends or ctx
-// ends, and tracks it for HealthHandler.
+// ends, and tracks it for HealthHandler. Once ctx has ended, fn has Margin
+// to return, as after the end of a term; a function that has not returned
+// by then is left running and the term is resigned without it, so that a
+// leader stuck through a shutdown cannot hold the election: its fenced
+// writes are refused from then on, its other writes are not.
 func (e *Elector) runTerm(ctx context.Context, t *Term, fn func(ctx context.Context, t *Term) error) error {
 	fnCtx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	returned := make(chan struct{})
+	defer close(returned)
+	stop := context.AfterFunc(ctx, func() {
+		cancel(context.Cause(ctx))
+		select {
+		case <-returned:
+		case <-time.After(e.st.cfg.Margin):
+			e.log.Warn("the leader's function did not return within Margin after Run's context ended: the term is resigned without it; "+
+				"its fenced writes are refused from now on, its other writes are not", "func", funcName(fn), "margin", e.st.cfg.Margin.String())
+			t.quit()
+		}
+	})
 	defer stop()
-	e.setRunning(t)
-	defer e.setRunning(nil)
+	e.setRunning(t, fnCtx)
+	defer e.setRunning(nil, nil)
 	return fn(fnCtx, t)
 }
 
-func (e *Elector) setRunning(t *Term) {
+// funcName names fn as its stack frames do, for a log that must say which
+// function misbehaved.
+func funcName(fn any) string {
+	if f := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()); f != nil {
+		return f.Name()
+	}
+	return "unknown"
+}
+
+// setRunning tracks term t, whose function runs under fnCtx, for
+// HealthHandler: it notes when and why fnCtx is cancelled.
+func (e *Elector) setRunning(t *Term, fnCtx context.Context) {
 	e.mu.Lock()
-	e.running = t
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	e.running, e.told, e.toldWhy = t, time.Time{}, nil
+	if t == nil {
+		return
+	}
+	context.AfterFunc(fnCtx, func() {
+		now := time.Now()
+		e.mu.Lock()
+		if e.running == t {
+			e.told, e.toldWhy = now, context.Cause(fnCtx)
+		}
+		e.mu.Unlock()
+	})
 }
 
 func (e *Elector) setStopped(err error) {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -38,8 +37,8 @@ func TestOneLeaderAmongGoroutines(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for ctx.Err() == nil {
-					// fn returns while leading, so Run resigns and returns: every
-					// term hands over to the next candidate.
+					// fn returns while leading, so Run resigns and pauses before
+					// campaigning again: terms pass between the candidates.
 					err := e.Run(ctx, func(ctx context.Context, term *election.Term) error {
 						if acting.Add(1) != 1 {
 							overlaps.Add(1)
@@ -626,23 +625,33 @@ func TestFollowerLogs(t *testing.T) {
 	})
 }
 
-// A leader's function that returns while it leads (a newcomer's consumer
-// that finds the queue empty) makes Run return its result, and the log
-// says that this candidate no longer campaigns.
-func TestRunSaysWhyItStopsWhenFnReturns(t *testing.T) {
+// A leader's function that returns an error ends only its term: Run logs
+// the error, resigns, and campaigns again; one that returns an error
+// wrapping ErrStop ends Run, which returns that error.
+func TestRunFunctionEndsTheTermNotTheCampaign(t *testing.T) {
 	t.Parallel()
 	db, _ := newDB(t)
-	var logs lockedBuffer
+	logger, logs := newLogged()
 	cfg := fast
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Logger = logger
 	e := newElectorWith(t, db, "returns", cfg)
-	done := errors.New("queue empty")
-	if err := e.Run(ctxFor(t, 10*time.Second), func(context.Context, *election.Term) error { return done }); err != done {
-		t.Fatalf("Run returned %v, want fn's result", err)
+	failed := errors.New("downstream unreachable")
+	var tokens []uint64
+	err := e.Run(ctxFor(t, 20*time.Second), func(_ context.Context, term *election.Term) error {
+		tokens = append(tokens, term.Token())
+		if len(tokens) == 1 {
+			return failed
+		}
+		return fmt.Errorf("%w: the work is done", election.ErrStop)
+	})
+	if !errors.Is(err, election.ErrStop) || len(tokens) != 2 {
+		t.Fatalf("Run returned %v after %d terms, want ErrStop after 2", err, len(tokens))
 	}
-	if !strings.Contains(logs.String(), "no longer campaigns") || !strings.Contains(logs.String(), "queue empty") {
-		t.Fatalf("the log does not say why Run stopped:\n%s", logs.String())
+	assertTokenAfter(t, tokens[1], tokens[0])
+	if len(logs.lines("level=WARN", "downstream unreachable", "campaigning again")) != 1 || len(logs.lines("no longer campaigns", "the work is done")) != 1 {
+		t.Fatalf("the log does not say what Run did with fn's errors:\n%s", strings.Join(logs.lines(), "\n"))
 	}
+	assertHistoryReason(t, newOperator(t, db, "returns"), tokens[0], "resigned")
 }
 
 // An elector's first campaign is bounded whatever its context: against a
@@ -763,7 +772,7 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 				}
 				proxy.Restore()
 				ctx := ctxFor(t, time.Minute) // a guard only: Run retries until it leads
-				if err := e.Run(ctx, func(context.Context, *election.Term) error { return nil }); err != nil {
+				if err := e.Run(ctx, func(context.Context, *election.Term) error { return election.ErrStop }); !errors.Is(err, election.ErrStop) {
 					t.Fatalf("Run after the network came back: %v", err)
 				}
 			})

@@ -3,10 +3,13 @@ package election_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -213,6 +216,95 @@ func TestDemotedLeaderThatDoesNotStop(t *testing.T) {
 			return rr.Code == http.StatusServiceUnavailable
 		})
 		close(release)
+	})
+}
+
+// A leader whose function ignores the end of Run's context (a shutdown)
+// and never returns keeps the election no longer than Margin after it: the
+// term is resigned without the function, renewed no more, its fenced
+// writes are refused, HealthHandler answers 503, the history says resigned
+// at that moment, a WARN names the function, and another candidate leads
+// while the function still runs.
+func TestShutdownOfALeaderThatDoesNotStop(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		cfg := fast
+		cfg.Strategy = s
+		var renewals, afterEnd atomic.Int64
+		var ended atomic.Bool
+		cfg.Observer = &election.Observer{
+			Renewed: func(string, time.Duration, error) {
+				renewals.Add(1)
+				if ended.Load() {
+					afterEnd.Add(1)
+				}
+			},
+			TermEnded: func(string, string, uint64, string) { ended.Store(true) },
+		}
+		logger, logs := newLogged()
+		cfg.Logger = logger
+		cfg.Identity = "a"
+		a := newElectorWith(t, db, "shutdown", cfg)
+		started, release, returned := make(chan *election.Term, 1), make(chan struct{}), make(chan error, 1)
+		runCtx, shutdown := context.WithCancel(ctx)
+		go func() {
+			returned <- a.Run(runCtx, func(_ context.Context, term *election.Term) error {
+				started <- term
+				<-release // never looks at its context
+				return nil
+			})
+		}()
+		t.Cleanup(func() {
+			close(release)
+			<-returned
+		})
+		ta := <-started
+		b := campaign(ctx, newElector(t, s, db, "shutdown", "b"))
+		waitFor(t, "a renewal", 10*time.Second, func() bool { return renewals.Load() > 0 })
+		began := time.Now()
+		shutdown()
+		tb := await(t, b, 20*time.Second).term // bounded by Lease + Margin; never, before
+		assertTokenAfter(t, tb.Token(), ta.Token())
+		select {
+		case err := <-returned:
+			t.Fatalf("Run returned %v while the function runs", err)
+		default:
+		}
+		if err := fencedWrite(ctx, ta, "a"); !errors.Is(err, election.ErrFenced) {
+			t.Errorf("a fenced write of the abandoned term: %v, want ErrFenced", err)
+		}
+		if code, body := status(a.HealthHandler()); code != http.StatusServiceUnavailable || !strings.Contains(body, "still runs") {
+			t.Errorf("HealthHandler of the process whose function does not stop: %d %s", code, body)
+		}
+		if n := afterEnd.Load(); n > 0 {
+			t.Errorf("%d renewals after the term ended", n)
+		}
+		if lines := logs.lines("level=WARN", "did not return within Margin", "TestShutdownOfALeaderThatDoesNotStop"); len(lines) != 1 {
+			t.Errorf("no WARN naming the function: %q", logs.lines("level=WARN"))
+		}
+		var ha, hb election.TermRecord
+		waitFor(t, "the new term's history row", 10*time.Second, func() bool { // written once the term has begun
+			hist, err := newOperator(t, db, "shutdown").History(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range hist {
+				switch h.Token {
+				case ta.Token():
+					ha = h
+				case tb.Token():
+					hb = h
+				}
+			}
+			return hb.Token != 0
+		})
+		// The database's clock and this one are the same machine's.
+		if ha.Reason != "resigned" || ha.Ended.Before(began.Add(-time.Millisecond)) || ha.Ended.After(hb.Started) {
+			t.Errorf("the abandoned term's history: %s at %v; the shutdown began at %v, the next term at %v", ha.Reason, ha.Ended, began, hb.Started)
+		}
+		t.Logf("the term ended %v after the shutdown began, the next one started %v after it",
+			ha.Ended.Sub(began).Round(time.Millisecond), hb.Started.Sub(began).Round(time.Millisecond))
 	})
 }
 

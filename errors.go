@@ -29,6 +29,13 @@ var (
 	// ErrFenced: a write was refused because its term is no longer the
 	// newest; nothing was written.
 	ErrFenced = errors.New("election: stale fencing token")
+	// ErrInUse: Operator.Remove found a candidate campaigning, or a term
+	// that may still act; nothing was removed.
+	ErrInUse = errors.New("election: the election is in use")
+	// ErrStop: returned by Run's function, or wrapped in its error, it ends
+	// Run: the term is resigned and Run returns the function's error. Any
+	// other return of the function ends only the term (see Run).
+	ErrStop = errors.New("election: stop campaigning")
 	// ErrUnissuedToken: a token is higher than every token the election has
 	// issued, so no term holds it (a forged or corrupted token); nothing
 	// was written.

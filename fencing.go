@@ -90,6 +90,14 @@ func (e *StaleTokenError) Unwrap() error { return ErrFenced }
 // term keeps it only while another connection is left for the rest of the
 // program, and otherwise gives it back after each transaction, reset.
 func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return t.FencedTx(ctx, nil, fn)
+}
+
+// FencedTx is Fenced with the transaction's options, as sql.DB.BeginTx
+// takes them: an isolation level, or ReadOnly for reads that must see only
+// what this term may act on (a leader's consistent read under its token,
+// refused once a newer term exists). nil is Fenced.
+func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
@@ -97,7 +105,7 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
-	s, tx, err := t.beginTx(ctx)
+	s, tx, err := t.beginTx(ctx, opts)
 	if errors.Is(err, errTermOver) {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
@@ -209,13 +217,13 @@ func (t *Term) staleOr(ctx context.Context, lock string, err error) error {
 // that the server dropped while it was idle (past its wait_timeout, or
 // killed) fails at BEGIN, before anything ran: begin drops it and tries
 // once more, on a fresh session.
-func (t *Term) beginTx(ctx context.Context) (*fencedConn, *sql.Tx, error) {
+func (t *Term) beginTx(ctx context.Context, opts *sql.TxOptions) (*fencedConn, *sql.Tx, error) {
 	for retry := true; ; retry = false {
 		s, err := t.kept.take(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		tx, err := s.BeginTx(ctx, nil)
+		tx, err := s.BeginTx(ctx, opts)
 		if err == nil {
 			return s, tx, nil
 		}

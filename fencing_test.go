@@ -141,6 +141,50 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 	})
 }
 
+// FencedTx runs fn with the options given: a read-only fenced transaction
+// reads under the token, the server refuses its writes, and once a newer
+// term exists it is refused like any fenced transaction.
+func TestFencedTxOptions(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		createWrites(t, db)
+		ctx := ctxFor(t, time.Minute)
+		ta := await(t, campaign(ctx, newElector(t, s, db, "tx-options", "a")), 10*time.Second).term
+		if err := fencedWrite(ctx, ta, "a"); err != nil {
+			t.Fatal(err)
+		}
+		readOnly := &sql.TxOptions{ReadOnly: true}
+		read := func(term *election.Term) (int, error) {
+			var n int
+			err := term.FencedTx(ctx, readOnly, func(tx *sql.Tx) error {
+				return tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM writes").Scan(&n)
+			})
+			return n, err
+		}
+		if n, err := read(ta); err != nil || n != 1 {
+			t.Fatalf("a read-only fenced read: %d rows, %v", n, err)
+		}
+		err := ta.FencedTx(ctx, readOnly, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'read-only')", ta.Token())
+			return err
+		})
+		if err == nil || writesBy(db, "read-only") != 0 {
+			t.Fatalf("a write in a read-only fenced transaction: %v, %d rows", err, writesBy(db, "read-only"))
+		}
+		if err := ta.FencedTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable}, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'serializable')", ta.Token())
+			return err
+		}); err != nil || writesBy(db, "serializable") != 1 {
+			t.Fatalf("a serializable fenced write: %v", err)
+		}
+		resignAll(t, ta)
+		await(t, campaign(ctx, newElector(t, s, db, "tx-options", "b")), 10*time.Second)
+		if _, err := read(ta); !errors.Is(err, election.ErrFenced) {
+			t.Fatalf("a read-only fenced read of an old term: %v, want ErrFenced", err)
+		}
+	})
+}
+
 // fenceServer serves a store behind f.Handler on a real HTTP server, with
 // one resource per path. The store answers 401 without an X-Auth header,
 // waits for hold with an X-Hold header, and records what it wrote; left

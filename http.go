@@ -21,26 +21,26 @@ func (e *Elector) LeaderHandler() http.Handler {
 
 // HealthHandler answers 503 when a supervisor should restart the process:
 // when the function Run gave a term is still running more than Margin after
-// that term ended (the process no longer leads yet its leader code has not
-// stopped, as a leader stuck in a deadlock would not), and when Run returned
+// its context was cancelled, because the term ended or Run's context did
+// (its leader code has not stopped, as a leader stuck in a deadlock would
+// not; after a shutdown the term has been resigned without it), and when
+// Run returned
 // an error that retrying cannot fix (see Run), such as ErrAccessDenied,
 // until Run is called again. Otherwise it answers 200. It does no I/O.
 // Terms taken with Campaign are not tracked.
 func (e *Elector) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
-		t, stopped := e.running, e.stopped
+		t, told, why, stopped := e.running, e.told, e.toldWhy, e.stopped
 		e.mu.Unlock()
 		if stopped != nil {
 			reply(w, http.StatusServiceUnavailable, fmt.Sprintf("not campaigning: Run returned: %v", stopped))
 			return
 		}
-		if t != nil {
-			if ended := t.endedAt(); !ended.IsZero() && time.Since(ended) > e.st.cfg.Margin {
-				reply(w, http.StatusServiceUnavailable, fmt.Sprintf("the leader function of term %d still runs %v after the term ended (%v)",
-					t.token, time.Since(ended).Round(time.Millisecond), t.Err()))
-				return
-			}
+		if t != nil && !told.IsZero() && time.Since(told) > e.st.cfg.Margin {
+			reply(w, http.StatusServiceUnavailable, fmt.Sprintf("the leader function of term %d still runs %v after its context was cancelled (%v)",
+				t.token, time.Since(told).Round(time.Millisecond), why))
+			return
 		}
 		reply(w, http.StatusOK, "ok")
 	})

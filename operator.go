@@ -36,22 +36,10 @@ func NewOperator(db *sql.DB, name string, cfg Config) (*Operator, error) {
 // Name returns the election's name.
 func (o *Operator) Name() string { return o.st.name }
 
-// Leader reads who leads the election. When nobody leads it returns
-// ErrNoLeader, with the record of the last term if there was one.
-func (o *Operator) Leader(ctx context.Context) (Record, error) {
-	lock, err := o.st.lockName(ctx)
-	if err != nil {
-		return Record{}, err
-	}
-	r, err := o.st.record(ctx, o.st.db, lock)
-	if err != nil {
-		return r, err
-	}
-	if !r.Leading() {
-		return r, ErrNoLeader
-	}
-	return r, nil
-}
+// Leader reads who leads the election, in one read of its record. When
+// nobody leads it returns ErrNoLeader, with the record of the last term if
+// there was one.
+func (o *Operator) Leader(ctx context.Context) (Record, error) { return o.st.leader(ctx) }
 
 // Token returns the newest fencing token the election has issued: the
 // current term's, or the last one's; 0 before the first term. A Fence uses
@@ -115,6 +103,22 @@ func Elections(ctx context.Context, db *sql.DB, prefix string) ([]Record, error)
 		return nil, err
 	}
 	return readRecords(ctx, db, tablesFor(prefix), "")
+}
+
+// Remove deletes the election (its record, fencing epoch, history and
+// candidate rows) so that it is listed no more, as after tests or when a
+// job is retired. It is refused with ErrInUse, nothing changed, while a
+// candidate campaigns or a term may act; removing an election that does
+// not exist does nothing. A candidate that campaigns again later starts
+// the election anew; its tokens still exceed the removed election's, being
+// at least the server's clock in microseconds (see Term.Token), unless that
+// clock was set back.
+func (o *Operator) Remove(ctx context.Context) error {
+	lock, err := o.st.lockName(ctx)
+	if err != nil {
+		return err
+	}
+	return o.st.remove(ctx, lock)
 }
 
 // Demote forces a re-election: it asks the current leader to step down,

@@ -112,3 +112,74 @@ func TestHandover(t *testing.T) {
 		assertHistoryReason(t, ops, before.Token, "handed-over")
 	})
 }
+
+// Remove is refused, changing nothing, while a term may act; once every
+// candidate has stopped it deletes the election's rows, and a candidate
+// that campaigns afterwards starts the election anew with a higher token.
+func TestRemove(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		runCtx, stop := context.WithCancel(ctx)
+		runInBackground(t, runCtx, newElector(t, s, db, "retired", "a"), func(ctx context.Context, _ *election.Term) error {
+			<-ctx.Done()
+			return nil
+		})
+		reader := newOperator(t, db, "retired")
+		waitFor(t, "a leader", 10*time.Second, func() bool { _, err := reader.Leader(ctx); return err == nil })
+		first, _ := reader.Leader(ctx)
+		before := contentsOnceLed(t, db)
+		// As a user with the README's grants for Remove.
+		dbName := dbNameOf(t, db)
+		var grants []string
+		for _, table := range []string{"record", "epoch", "candidate", "term"} {
+			grants = append(grants, "GRANT SELECT, DELETE ON `"+dbName+"`.election_"+table+" TO %s")
+		}
+		ops := newOperator(t, openAsUser(t, dbName, "remover_"+dbName, grants...), "retired")
+		if err := ops.Remove(ctx); !errors.Is(err, election.ErrInUse) {
+			t.Fatalf("Remove while a leads: %v, want ErrInUse", err)
+		}
+		assertWroteNothing(t, db, before, "a refused Remove")
+		stop()
+		waitFor(t, "a to stop campaigning", 10*time.Second, func() bool {
+			cs, err := ops.Candidates(ctx)
+			return err == nil && len(cs) == 0
+		})
+		if err := ops.Remove(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for table, n := range contents(t, db) {
+			if n != 0 {
+				t.Errorf("%s keeps %d rows after Remove", table, n)
+			}
+		}
+		if err := ops.Remove(ctx); err != nil {
+			t.Errorf("Remove of an election that does not exist: %v", err)
+		}
+		next := await(t, campaign(ctx, newElector(t, s, db, "retired", "b")), 10*time.Second).term
+		assertTokenAfter(t, next.Token(), first.Token)
+	})
+}
+
+// A candidate's Elector answers who leads, its own term included, with
+// ErrNoLeader before the first term.
+func TestElectorLeader(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		a, b := newElector(t, s, db, "who", "a"), newElector(t, s, db, "who", "b")
+		if _, err := b.Leader(ctx); !errors.Is(err, election.ErrNoLeader) {
+			t.Fatalf("Leader before the first term: %v, want ErrNoLeader", err)
+		}
+		ta := await(t, campaign(ctx, a), 10*time.Second).term
+		waiting := campaign(ctx, b)
+		if r, err := b.Leader(ctx); err != nil || r.Identity != "a" || r.Token != ta.Token() {
+			t.Fatalf("the waiting candidate's Leader: %+v, %v; want a in term %d", r, err, ta.Token())
+		}
+		resignAll(t, ta)
+		tb := await(t, waiting, 10*time.Second).term
+		if r, err := b.Leader(ctx); err != nil || r.Identity != "b" || r.Token != tb.Token() {
+			t.Fatalf("the leader's own Leader: %+v, %v; want b in term %d", r, err, tb.Token())
+		}
+	})
+}

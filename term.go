@@ -58,6 +58,7 @@ type Term struct {
 	begun func(ctx context.Context, started time.Time) error // see won
 	kept  keptSession                                        // for Fenced; dropped when the keepalive loop ends
 
+	parent context.Context // the campaign's: its end is a resignation
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	resign chan struct{} // closed by the first Resign
@@ -67,7 +68,6 @@ type Term struct {
 	mu    sync.Mutex
 	until time.Time   // end of the local lease (monotonic)
 	timer *time.Timer // cancels ctx at until
-	ended time.Time   // when the keepalive loop saw the term end
 }
 
 // newTerm starts the keepalive loop of a term won with w; the term ends
@@ -76,8 +76,8 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &Term{
 		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, begun: w.begun, kept: keptSession{st: st},
-		log: log.With("token", w.token),
-		ctx: ctx, cancel: cancel,
+		log:    log.With("token", w.token),
+		parent: parent, ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
 		until: w.sent.Add(st.cfg.Lease),
 	}
@@ -88,7 +88,7 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 	if d, ok := w.p.leaderless(); ok {
 		st.cfg.Observer.failover(st.name, d)
 	}
-	go t.keep(parent)
+	go t.keep()
 	return t
 }
 
@@ -133,7 +133,7 @@ func (t *Term) IsLeader() bool {
 // released and the session dropped, or when ctx ends; the release itself
 // never waits past the local lease.
 func (t *Term) Resign(ctx context.Context) error {
-	t.once.Do(func() { close(t.resign) })
+	t.quit()
 	select {
 	case <-t.done:
 		return nil
@@ -142,6 +142,9 @@ func (t *Term) Resign(ctx context.Context) error {
 	}
 }
 
+// quit asks the keepalive loop to resign the term, and does not wait.
+func (t *Term) quit() { t.once.Do(func() { close(t.resign) }) }
+
 // endCause says why IsLeader is false: the term's end, or a lapsed lease
 // whose timer has not fired yet.
 func (t *Term) endCause() error {
@@ -149,13 +152,6 @@ func (t *Term) endCause() error {
 		return err
 	}
 	return ErrLeaseExpired
-}
-
-// endedAt returns when the term was seen to end, zero while it lasts.
-func (t *Term) endedAt() time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ended
 }
 
 // deadline returns the end of the local lease.
@@ -178,7 +174,7 @@ func (t *Term) extend(sent time.Time) {
 
 // keep renews the term every Interval until it ends, then ends it: see
 // finish.
-func (t *Term) keep(parent context.Context) {
+func (t *Term) keep() {
 	defer close(t.done)
 	defer t.onEnd()
 	defer t.h.close()
@@ -201,7 +197,7 @@ func (t *Term) keep(parent context.Context) {
 	}
 	// Before finish, whose record of a lost term goes through the pool.
 	t.kept.close()
-	t.finish(parent)
+	t.finish()
 }
 
 // begin runs the term's begun, bounded by the lease as a keepalive is. A
@@ -241,12 +237,9 @@ func (t *Term) renew() {
 // election so the next candidate need not wait; other ends are recorded
 // through the pool, since the session may be gone. An end that cannot be
 // written now is owed, and written when this candidate next campaigns.
-func (t *Term) finish(parent context.Context) {
-	t.mu.Lock()
-	t.ended = time.Now()
-	t.mu.Unlock()
+func (t *Term) finish() {
 	reason := context.Cause(t.ctx)
-	end := ending{why: t.why(reason, parent), at: t.ended}
+	end := ending{why: t.why(reason), at: time.Now()}
 	var err error
 	if end.why == stateResigned || end.why == stateDemoted || end.why == stateHandedOver {
 		if end.why != stateResigned {
@@ -301,10 +294,21 @@ func earlier(a, b time.Time) time.Time {
 	return a
 }
 
-// why names a term's end for the record and the history.
-func (t *Term) why(reason error, parent context.Context) string {
+// Reason returns why the term ended, in the words of the history
+// (TermRecord.Reason), the leader's "term ended" log, Watch and the
+// Observer: resigned, demoted, handed-over, lease-expired, lock-lost or
+// session-lost; empty while the term lasts.
+func (t *Term) Reason() string {
+	if err := t.Err(); err != nil {
+		return t.why(err)
+	}
+	return ""
+}
+
+// why names a term's end, caused by reason, for the record and the history.
+func (t *Term) why(reason error) string {
 	switch {
-	case errors.Is(reason, ErrResigned), parent.Err() != nil && errors.Is(reason, context.Cause(parent)):
+	case errors.Is(reason, ErrResigned), t.parent.Err() != nil && errors.Is(reason, context.Cause(t.parent)):
 		return stateResigned
 	case errors.Is(reason, errHandedOver):
 		return stateHandedOver

@@ -500,8 +500,9 @@ func (r *runner) campaign() int {
 		case err != nil:
 			return r.c.fail(err)
 		}
-		// Run returned nil: the command exited while the term lasted, and
-		// --again asks for another. Pause first, longer while commands keep
+		// TryRun returned nil: the command exited while the term lasted,
+		// and --again asks for another. (Run campaigns again by itself,
+		// after a pause of its own.) Pause first, longer while commands keep
 		// failing fast, so that a command that exits at once does not spin
 		// and another candidate may take a turn.
 		r.mu.Lock()
@@ -548,8 +549,9 @@ func (r *runner) conflict(what string) int {
 
 // lead is Run's function: it runs the command in term t, stops it when the
 // term ends, and logs a line when each begins and ends. It returns nil
-// always: Run then resigns (the command exited, the term lasts) or
-// campaigns again (the term was lost), unless lead ended the wait.
+// always: Run then resigns if the term lasts, and campaigns again (at once
+// if the term was lost, after a pause if the command exited), unless lead
+// ended the wait.
 func (r *runner) lead(_ context.Context, t *election.Term) error {
 	began := time.Now() // the term's start, near enough, for --hold
 	r.mu.Lock()
@@ -579,22 +581,27 @@ func (r *runner) lead(_ context.Context, t *election.Term) error {
 	r.mu.Unlock()
 	fmt.Fprintf(r.c.errOut, "electctl run: %s: term %d started: identity=%s pid=%d\n", shown(r.name), t.Token(), shown(r.e.Identity()), ch.pid)
 
-	reason := "exited"
+	// The command exited while the term lasts (Run resigns it then), or
+	// the term ended, or the watchdog is gone (Run's wait is ended).
+	exited, wdGone := false, false
 	select {
 	case <-ch.done:
-		if !t.IsLeader() { // killed by the watchdog while electctl was stopped, or the term ended at that moment
-			reason = termReason(t)
-		}
+		// Killed by the watchdog while electctl was stopped, or the term
+		// ended at that moment, if the term does not last.
+		exited = t.IsLeader()
 	case <-t.Done():
-		reason = termReason(t)
 	case <-r.wd.dead:
-		reason = "watchdog-gone"
+		wdGone = true
+	}
+	reason := termReason(t)
+	if exited || wdGone {
+		reason = "resigned"
 	}
 	ch.end(r.c.run.grace)
 	killed := ch.quit(r.wd)
-	ran := time.Since(ch.started)
+	ran := ch.stopped.Sub(ch.started)
 	var hold time.Duration
-	if reason == "exited" {
+	if exited {
 		hold = time.Until(began.Add(r.c.run.hold)).Round(time.Millisecond)
 	}
 	held := ""
@@ -615,7 +622,7 @@ func (r *runner) lead(_ context.Context, t *election.Term) error {
 	}
 
 	r.mu.Lock()
-	if reason == "watchdog-gone" {
+	if wdGone {
 		r.wdErr = r.wd.why()
 	}
 	r.child = nil
@@ -646,24 +653,13 @@ func (r *runner) notStarted(t *election.Term, err error) error {
 	return nil
 }
 
-// termReason names why term t ended, as electctl history does.
+// termReason names why term t ended, as electctl history does; a term
+// whose lease ran out before its timer fired has not ended yet.
 func termReason(t *election.Term) string {
-	err := t.Err()
-	switch {
-	case err == nil, errors.Is(err, election.ErrLeaseExpired):
-		return "lease-expired" // IsLeader is false before the lease's timer fires
-	case errors.Is(err, election.ErrDemoted) && strings.Contains(err.Error(), "handing over"):
-		return "handed-over"
-	case errors.Is(err, election.ErrDemoted):
-		return "demoted"
-	case errors.Is(err, election.ErrSessionLost):
-		return "session-lost"
-	case errors.Is(err, election.ErrLockLost):
-		return "lock-lost"
-	case errors.Is(err, election.ErrResigned):
-		return "resigned"
+	if reason := t.Reason(); reason != "" {
+		return reason
 	}
-	return "lost"
+	return "lease-expired"
 }
 
 // env is the command's environment: electctl's, with the term's variables
@@ -692,6 +688,7 @@ type child struct {
 	done    chan struct{} // closed once the process has been waited for
 	state   *os.ProcessState
 	started time.Time
+	stopped time.Time     // when it was waited for; set before done is closed
 	sent    []string      // the signals electctl sent it to stop it
 	stop    chan struct{} // ends the heartbeat
 	beating sync.WaitGroup
@@ -734,7 +731,7 @@ func (r *runner) start(t *election.Term) (*child, error) {
 		}
 		started <- nil
 		cmd.Wait()
-		ch.state = cmd.ProcessState
+		ch.state, ch.stopped = cmd.ProcessState, time.Now()
 		close(ch.done)
 	}()
 	err = <-started

@@ -394,6 +394,13 @@ func TestRunExitCodes(t *testing.T) {
 			t.Errorf("run %q: exit %d, want %d and %q in:\n%s%s", tc.args, code, tc.code, tc.want, out, errOut)
 		}
 	}
+	// A command that exits ends its term as resigned, in electctl run's
+	// line as in the history.
+	code, _, errOut := electctl(t, env, "run", "resigns", "--", bin, "exit", "0")
+	_, hist, _ := c.ctl("history", "resigns")
+	if code != 0 || !strings.Contains(errOut, "reason=resigned ") || !strings.Contains(hist, "resigned") {
+		t.Errorf("a command that exited: exit %d, its term's end in electctl run's line and in the history:\n%s%s", code, errOut, hist)
+	}
 	// A command that cannot run is found out before campaigning.
 	if code, _, errOut := c.ctl("history", "missing"); code != exitNotFound {
 		t.Errorf("a command not found made a term: history exit %d\n%s", code, errOut)

@@ -30,14 +30,16 @@ func main() {
 		log.Fatal(err) // bad input is reported here, with the fix
 	}
 	// Run campaigns, calls lead while this instance leads, and campaigns
-	// again whenever a term is lost, until ctx ends.
+	// again whenever a term ends, until ctx ends.
 	if err := e.Run(ctx, lead); err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
 	}
 }
 
 // lead does the leader's work until ctx ends: when the term is lost, or the
-// process shuts down. Returning earlier ends the term and makes Run return.
+// process shuts down (it then has Margin to return). Returning ends only the
+// term: Run resigns and campaigns again after a pause, in which another
+// instance may take over; an error wrapping election.ErrStop ends Run.
 func lead(ctx context.Context, t *election.Term) error {
 	log.Printf("leading with fencing token %d", t.Token())
 	tick := time.NewTicker(time.Second)
@@ -47,8 +49,8 @@ func lead(ctx context.Context, t *election.Term) error {
 			_, err := tx.ExecContext(ctx, "INSERT INTO work_log (token, done_at) VALUES (?, NOW(6))", t.Token())
 			return err // committed only while no newer term exists
 		})
-		if err != nil && ctx.Err() == nil {
-			log.Printf("work failed: %v", err) // a stale term's write is refused: ErrFenced
+		if err != nil && ctx.Err() == nil && !errors.Is(err, election.ErrFenced) {
+			return err // Run logs it and gives the election up for a while
 		}
 		select {
 		case <-ctx.Done():
