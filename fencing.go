@@ -96,7 +96,10 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // FencedTx is Fenced with the transaction's options, as sql.DB.BeginTx
 // takes them: an isolation level, or ReadOnly for reads that must see only
 // what this term may act on (a leader's consistent read under its token,
-// refused once a newer term exists). nil is Fenced.
+// refused once a newer term exists). nil is Fenced. The fence holds at
+// every isolation level: its check is a locking read, which sees the
+// newest epoch whatever the level. The server may refuse an option: TiDB
+// refuses READ ONLY (error 1235) and SERIALIZABLE (8048).
 func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}

@@ -32,8 +32,10 @@ type Event struct {
 // ends are those History shows. A term whose leader could not say why it
 // ended is reported "lost"; if that leader tells its own reason later (it
 // was paused, or cut off from the server), its end is sent again with that
-// reason and time. The channel is closed when ctx ends; read errors are
-// logged and retried.
+// reason and time. The channel is closed when ctx ends. Failed reads are
+// retried: the Operator's logger gets a WARN, with the error, when reads
+// start to fail, and an INFO when they work again; the changes made
+// meanwhile then follow.
 func (o *Operator) Watch(ctx context.Context) <-chan Event {
 	ch := make(chan Event)
 	go func() {
@@ -41,9 +43,17 @@ func (o *Operator) Watch(ctx context.Context) <-chan Event {
 		w := watcher{st: o.st, ch: ch, sent: map[uint64]Event{}}
 		tick := time.NewTicker(o.st.cfg.Interval)
 		defer tick.Stop()
+		var failing time.Time // when reads started to fail; zero while they work
 		for {
-			if err := w.poll(ctx); err != nil && ctx.Err() == nil {
-				o.log.Warn("watch: reading the election failed; retrying", "err", err)
+			err := w.poll(ctx)
+			switch {
+			case ctx.Err() != nil:
+			case err != nil && failing.IsZero():
+				failing = time.Now()
+				o.log.Warn("watch: reading the election failed; retrying every Interval", "err", err, "interval", o.st.cfg.Interval.String())
+			case err == nil && !failing.IsZero():
+				o.log.Info("watch: reading the election works again", "failed_for", time.Since(failing).Round(time.Millisecond).String())
+				failing = time.Time{}
 			}
 			select {
 			case <-ctx.Done():

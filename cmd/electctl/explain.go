@@ -62,7 +62,7 @@ func (c *cli) explain(err error) (string, int) {
 		code = exitNoLeader
 	case errors.Is(err, election.ErrSchema):
 		code = exitNotFound
-	case errors.Is(err, election.ErrNotCandidate), errors.Is(err, election.ErrKillDenied), errors.Is(err, election.ErrAccessDenied):
+	case errors.Is(err, election.ErrNotCandidate), errors.Is(err, election.ErrKillDenied), errors.Is(err, election.ErrAccessDenied), errors.Is(err, election.ErrInUse):
 		code = exitRefused
 	case errors.Is(err, election.ErrInvalidConfig):
 		code = exitUsage

@@ -67,6 +67,10 @@ func TestRefusedLoginAndUnknownDatabase(t *testing.T) {
 		strings.Contains(line, "anonymous") { // the server skips name resolution: the login is from 127.0.0.1
 		t.Errorf("a wrong password: exit %d, want %d\n%s%s", code, exitRefused, out, errOut)
 	}
+	code, _, errOut = electctl(t, []string{envDSN + "=" + cfg.FormatDSN()}, "run", "jobs", "--", "true")
+	if line := oneLineOf(t, "run with a wrong password", errOut); code != exitRefused || !strings.Contains(line, "refused the login") {
+		t.Errorf("run with a wrong password: exit %d, want %d\n%s", code, exitRefused, errOut)
+	}
 	// Root may see every database: the server tells it that one is
 	// missing (1049), where it refuses a user who has no rights to it
 	// (1044, below).

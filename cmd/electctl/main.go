@@ -10,6 +10,7 @@
 //	electctl [flags] candidates NAME        who is in the race
 //	electctl [flags] demote NAME            force a re-election
 //	electctl [flags] handover NAME ID       hand leadership to the live candidate ID
+//	electctl [flags] remove NAME            delete an election nobody campaigns in
 //	electctl [flags] check NAME ID          exit 0 if ID leads: a leader check for load balancers
 //	electctl [flags] schema                 print the tables' DDL
 //	electctl [flags] run NAME -- CMD [ARG...]  run CMD only while this process leads NAME
@@ -22,10 +23,11 @@
 // 2 usage, 3 no leader, 4 not found (an election that has had no term,
 // for candidates one that has neither a term nor a candidate; the tables;
 // the DSN's database), 5 refused (the login, the database or a grant the
-// server refused, a hand-over target that is not campaigning, a kill), 6
-// another candidate leads. run exits with its command's code instead (see
-// run.go and electctl help run). An error is one line on stderr: what
-// could not be done, and the fix.
+// server refused, a hand-over target that is not campaigning, a kill, a
+// removal while a candidate campaigns), 6 another candidate leads. run
+// exits with its command's code instead (see run.go and electctl help
+// run). An error is one line on stderr: what could not be done, and the
+// fix.
 //
 // watch exits at once, with such a line and 4 or 5, when its reads fail
 // before one has succeeded for a reason retrying cannot fix (tables
@@ -94,6 +96,7 @@ commands:
   candidates NAME        who is in the race
   demote NAME            force a re-election
   handover NAME ID       hand leadership to the live candidate ID
+  remove NAME            delete an election nobody campaigns in (refused, 5, while one does)
   check NAME ID          exit 0 if ID leads, 6 if another does, 3 if none
   schema                 print the tables' DDL
   run NAME -- CMD [ARG...]
@@ -104,7 +107,7 @@ commands:
 flags may come before or after the command; put -- before a NAME or ID that starts with -
 --json prints times as RFC 3339 in UTC (2026-11-23T12:31:05.245Z), null for none
 exit codes: 0 done, 1 error, 2 usage, 3 no leader, 4 not found (election, tables, database),
-5 refused (login, database, grant, hand-over target, kill), 6 another leads
+5 refused (login, database, grant, hand-over target, kill, remove in use), 6 another leads
 (run: CMD's code; see electctl help run)
 run "electctl help COMMAND" for a command's flags
 `
@@ -123,7 +126,7 @@ const (
 // commands: name -> positional arguments (a trailing ? marks optional).
 var commands = map[string][]string{
 	"status": {"NAME?"}, "watch": {"NAME"}, "history": {"NAME"}, "candidates": {"NAME"},
-	"demote": {"NAME"}, "handover": {"NAME", "ID"}, "check": {"NAME", "ID"}, "schema": nil,
+	"demote": {"NAME"}, "handover": {"NAME", "ID"}, "remove": {"NAME"}, "check": {"NAME", "ID"}, "schema": nil,
 	"run": {"NAME", "--", "CMD", "[ARG...]"},
 }
 
@@ -234,6 +237,8 @@ func (c *cli) dispatch(ctx context.Context, cmd string, pos []string) int {
 		return c.demote(ctx, pos[0], "")
 	case "handover":
 		return c.demote(ctx, pos[0], pos[1])
+	case "remove":
+		return c.remove(ctx, pos[0])
 	case "check":
 		return c.check(ctx, pos[0], pos[1])
 	}

@@ -223,6 +223,9 @@ func TestDemoteHandoverCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || res["new_leader"] != target || res["killed"] != false {
 		t.Fatalf("handover --json: %d %v %s", code, err, out)
 	}
+	if code, out, errOut := c.ctl("remove", "cron"); code != exitRefused || !strings.Contains(errOut, "in use") || c.token("cron") == 0 {
+		t.Fatalf("remove while candidates campaign: %d %s %s", code, out, errOut)
+	}
 	for _, stop := range c.cancel {
 		stop()
 	}
@@ -236,6 +239,14 @@ func TestDemoteHandoverCheck(t *testing.T) {
 	code, out, _ = c.ctl("history", "cron")
 	if code != exitOK || !strings.Contains(out, "demoted") || !strings.Contains(out, "handed-over") || !strings.Contains(out, "resigned") {
 		t.Fatalf("history: %d\n%s", code, out)
+	}
+	if code, out, errOut := c.ctl("remove", "cron"); code != exitOK || !strings.Contains(out, "election cron removed") {
+		t.Fatalf("remove once nobody campaigns: %d %s %s", code, out, errOut)
+	}
+	for _, cmd := range []string{"status", "history", "remove"} {
+		if code, out, errOut := c.ctl(cmd, "cron"); code != exitNotFound {
+			t.Errorf("%s of a removed election: %d %s %s", cmd, code, out, errOut)
+		}
 	}
 }
 

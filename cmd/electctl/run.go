@@ -107,7 +107,7 @@ its command, one when the command ends (reason, exit code, signals sent; with
 exit codes: CMD's (128+N when a signal N killed it); before CMD ran:
 --conflict-exit-code (1) another candidate leads (--nonblock, --timeout),
 126 CMD cannot be run, 127 CMD not found, 128+N signal N ended the wait,
-1 error, 2 usage, 5 refused (login, grants)
+1 error, 2 usage, 4 the DSN's database not found, 5 refused (login, grants)
 `
 
 // The child's environment: the term it runs in.
@@ -411,6 +411,10 @@ func (r *runner) reach() (code int, ok bool) {
 	if cause := context.Cause(ctx); errors.Is(cause, errTimedOut) {
 		err = fmt.Errorf("no answer within --timeout %v", r.c.timeout)
 	} else if code, ok := r.ended(ctx); ok {
+		return code, false
+	}
+	if line, code, ok := r.c.refused(err); ok {
+		fmt.Fprintf(r.c.errOut, "electctl: %s\n", line)
 		return code, false
 	}
 	fmt.Fprintf(r.c.errOut, "electctl: cannot reach %s: %v\n", redact(r.dsn), err)

@@ -61,3 +61,23 @@ func (c *cli) demote(ctx context.Context, name, to string) int {
 	fmt.Fprintf(c.out, "%s (token %d) %s\n%s leads now (token %d)\n", shown(before.Identity), before.Token, how, shown(after.Identity), after.Token)
 	return exitOK
 }
+
+// remove deletes election name, which nobody may campaign in.
+func (c *cli) remove(ctx context.Context, name string) int {
+	e, err := c.operator(name)
+	if err != nil {
+		return c.fail(err)
+	}
+	last, err := e.Leader(ctx)
+	if errors.Is(err, election.ErrNoLeader) && last.Token == 0 {
+		return c.noTerm(name)
+	}
+	if err := e.Remove(ctx); err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		return c.printJSON(map[string]any{"removed": name, "last_token": last.Token})
+	}
+	fmt.Fprintf(c.out, "election %s removed (its last token was %d)\n", shown(name), last.Token)
+	return exitOK
+}

@@ -26,37 +26,25 @@ the changes made meanwhile follow.
 // database missing, a login or grant refused); later it says on stderr
 // when reads start to fail, once, and when they work again.
 func (c *cli) watch(ctx context.Context, name string) int {
-	// Operator.Watch retries failed reads, and logs each to its logger: a
-	// failed read is a record that carries the error.
-	failures := make(chan error, 1)
-	e, err := election.NewOperator(c.db, name, election.Config{TablePrefix: c.prefix, Interval: c.interval, Logger: slog.New(readFailures(failures))})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Operator.Watch retries failed reads, and logs when they start to fail
+	// (WARN, with the error) and when they work again (INFO).
+	reads := make(chan error)
+	e, err := election.NewOperator(c.db, name, election.Config{TablePrefix: c.prefix, Interval: c.interval, Logger: slog.New(readLog{ctx, reads})})
 	if err != nil {
 		return c.fail(err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	events := e.Watch(ctx)
 	p := watchPrinter{c: c, ended: map[uint64]bool{}}
 	var (
 		read    bool      // a read has succeeded: an event came
 		failing time.Time // when reads started to fail; zero while they work
-		retry   *time.Ticker
-		tick    <-chan time.Time // retry's, while reads fail
 	)
-	defer func() {
-		if retry != nil {
-			retry.Stop()
-		}
-	}()
 	recovered := func() {
-		fmt.Fprintf(c.errOut, "electctl: watch: reading election %s works again (%s, after %v of failures); changes made meanwhile are printed next\n",
+		fmt.Fprintf(c.errOut, "electctl: watch: reading election %s works again (%s, after %v of failures)\n",
 			shown(name), stamp(time.Now()), time.Since(failing).Round(time.Millisecond))
-		failing, tick = time.Time{}, nil
-		retry.Stop()
-		select {
-		case <-failures: // of a read that began before they worked again
-		default:
-		}
+		failing = time.Time{}
 	}
 	for {
 		select {
@@ -69,34 +57,23 @@ func (c *cli) watch(ctx context.Context, name string) int {
 			}
 			read = true
 			p.print(ev)
-		case err := <-failures:
-			if ctx.Err() != nil {
-				continue // the read was cut short by the interrupt
-			}
-			if !read && lasting(err) {
+		case err := <-reads:
+			switch {
+			case ctx.Err() != nil: // the read was cut short by the interrupt
+			case err == nil:
+				if !failing.IsZero() {
+					recovered()
+				}
+			case !read && lasting(err):
 				cancel()
 				for range events {
 				}
 				return c.fail(err)
-			}
-			if !failing.IsZero() {
-				continue // said once already
-			}
-			failing = time.Now()
-			line, _ := c.explain(err)
-			fmt.Fprintf(c.errOut, "electctl: watch: reading election %s failed (%s): %s; retrying every %v, with a line here when reads work again\n",
-				shown(name), stamp(failing), line, c.interval)
-			// Watch says nothing when a read succeeds but what it sends, and
-			// nothing may change for a long time: while reads fail,
-			// electctl reads the same rows itself to see them work again.
-			retry = time.NewTicker(c.interval)
-			tick = retry.C
-		case <-tick:
-			rctx, rcancel := context.WithTimeout(ctx, c.timeout)
-			_, err := e.History(rctx, 1) // the record and the last term, as Watch reads them
-			rcancel()
-			if err == nil && ctx.Err() == nil {
-				recovered()
+			case failing.IsZero():
+				failing = time.Now()
+				line, _ := c.explain(err)
+				fmt.Fprintf(c.errOut, "electctl: watch: reading election %s failed (%s): %s; retrying every %v, with a line here when reads work again\n",
+					shown(name), stamp(failing), line, c.interval)
 			}
 		}
 	}
@@ -108,32 +85,38 @@ func lasting(err error) bool {
 	return errors.Is(err, election.ErrSchema) || errors.Is(err, election.ErrAccessDenied) || errors.Is(err, election.ErrInvalidConfig) || denied(err)
 }
 
-// readFailures is the slog handler of the Operator that watch reads with:
-// every record at Warn or above is a failed read, sent to the channel with
-// its error when the channel has room (watch wants to know that reads
-// fail, not each failure).
-type readFailures chan<- error
+// readLog is the slog handler of the Operator that watch reads with: Watch
+// logs a WARN, with the error, when its reads start to fail, and an INFO
+// when they work again; each goes to the channel as the error, or nil,
+// until ctx ends.
+type readLog struct {
+	ctx   context.Context
+	reads chan<- error
+}
 
-func (h readFailures) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h readLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
-func (h readFailures) Handle(_ context.Context, r slog.Record) error {
-	err := errors.New(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		if e, ok := a.Value.Any().(error); ok {
-			err = e
-			return false
-		}
-		return true
-	})
+func (h readLog) Handle(_ context.Context, r slog.Record) error {
+	var err error
+	if r.Level >= slog.LevelWarn {
+		err = errors.New(r.Message)
+		r.Attrs(func(a slog.Attr) bool {
+			if e, ok := a.Value.Any().(error); ok {
+				err = e
+				return false
+			}
+			return true
+		})
+	}
 	select {
-	case h <- err:
-	default:
+	case h.reads <- err:
+	case <-h.ctx.Done():
 	}
 	return nil
 }
 
-func (h readFailures) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h readFailures) WithGroup(string) slog.Handler      { return h }
+func (h readLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h readLog) WithGroup(string) slog.Handler      { return h }
 
 // watchPrinter prints Watch's events, as lines or JSON.
 type watchPrinter struct {
