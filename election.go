@@ -114,11 +114,14 @@ type strategy interface {
 
 // acquire wins the election through the candidate's strategy, which is
 // settled at its first campaign, once the server is known (see prepare).
+// It first writes the ends of this candidate's earlier terms that could
+// not be written when they ended (payOwed).
 func (e *Elector) acquire(ctx context.Context, try bool) (won, error) {
 	lock, err := e.st.prepare(ctx, e.log)
 	if err != nil {
 		return won{}, err
 	}
+	e.st.payOwed(ctx, lock)
 	if e.side == nil { // only campaigns use it, one at a time
 		switch server, strategy := e.st.settled(); strategy {
 		case LeaseRow:
@@ -201,7 +204,6 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 	if err != nil {
 		return nil, err
 	}
-	e.st.payOwed(waitCtx)
 	w, err := e.acquire(waitCtx, try)
 	if err != nil {
 		if permanent(err) {

@@ -115,8 +115,8 @@ func (s *store) owe(token uint64, end ending) {
 // payOwed writes the ends that could not be written when they happened,
 // with their own reasons and times, through the pool, bounded by an
 // interval; what still fails is kept for the next call. Campaigns call it
-// first: a candidate that campaigns reaches the server.
-func (s *store) payOwed(ctx context.Context) {
+// once the server is reached (prepare).
+func (s *store) payOwed(ctx context.Context, lock string) {
 	s.mu.Lock()
 	owed := s.owed
 	s.owed = nil
@@ -126,12 +126,8 @@ func (s *store) payOwed(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
-	lock, err := s.lockName(ctx)
 	for i, o := range owed {
-		if err == nil {
-			err = s.endTerm(ctx, s.db, lock, o.token, o.end)
-		}
-		if err != nil {
+		if err := s.endTerm(ctx, s.db, lock, o.token, o.end); err != nil {
 			for _, o := range owed[i:] {
 				s.owe(o.token, o.end)
 			}
@@ -157,7 +153,7 @@ func settle(t TermRecord, next *TermRecord, rec Record) TermRecord {
 	case rec.Token != t.Token:
 	case rec.State != stateLeading:
 		t.Reason, t.Ended = rec.State, rec.Ended
-	case rec.RenewedAgo > rec.Expiry && rec.overdue() == "":
+	case rec.stale() && rec.overdue() == "":
 		t.Reason, t.Ended = stateLost, rec.Renewed.Add(rec.Expiry)
 	}
 	return t

@@ -78,81 +78,6 @@ func (s *store) pruneDue() bool {
 	return s.starts%historyPruneEvery == 1
 }
 
-// lockName returns the election's lock name, the key of all its rows. It
-// needs no privilege beyond connecting: readers create no tables.
-func (s *store) lockName(ctx context.Context) (string, error) {
-	s.mu.Lock()
-	lock := s.lock
-	s.mu.Unlock()
-	if lock != "" {
-		return lock, nil
-	}
-	var database sql.NullString
-	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", during("reaching the server", refusal(err))
-	}
-	if !database.Valid {
-		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
-	}
-	lock = lockName(database.String, s.cfg.TablePrefix, s.name)
-	s.mu.Lock()
-	s.lock = lock
-	s.mu.Unlock()
-	return lock, nil
-}
-
-// prepare reads the server's platform and settles the candidate's
-// strategy, then creates or checks the tables, once, before a candidate's
-// first campaign; it returns the lock name.
-func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
-	// Bounded as a session's setup is: a server that accepts the connection
-	// and never answers must not hold a campaign forever, whatever ctx.
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease+s.cfg.Margin)
-	defer cancel()
-	lock, err := s.lockName(ctx)
-	s.mu.Lock()
-	ready := s.ready
-	s.mu.Unlock()
-	if err != nil || ready {
-		return lock, err
-	}
-	// The server first: a strategy it cannot serve is refused before any
-	// table is created.
-	p, err := detectPlatform(ctx, s.db)
-	if err != nil {
-		return "", err
-	}
-	strategy, why, err := p.strategyFor(s.cfg.Strategy)
-	if err != nil {
-		return "", err
-	}
-	check := checkSchema
-	if !s.cfg.SkipCreateTables {
-		check = createSchema
-	}
-	if err := check(ctx, s.db, s.tbl); err != nil {
-		return "", err
-	}
-	if why != "" {
-		log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
-	}
-	for _, w := range p.warnings(strategy, s.cfg.CheckInterval) {
-		log.Warn(w)
-	}
-	s.mu.Lock()
-	s.ready, s.platform, s.strategy = true, p, strategy
-	s.mu.Unlock()
-	return lock, nil
-}
-
-// settled returns the server's platform and the candidate's strategy, as
-// prepare settled them.
-func (s *store) settled() (platform, Strategy) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.platform, s.strategy
-}
-
 // Record is the keepalive row of an election as anyone with SELECT on the
 // tables can read it, together with who holds the lock now. Times come from
 // the database clock.
@@ -180,20 +105,42 @@ type Record struct {
 	DemotedAgo time.Duration
 	// HandoverTo is the candidate a pending hand-over prefers.
 	HandoverTo string
+
+	demoted  bool          // a demotion of this term was requested (DemotedAgo counts from it)
+	demoteAt sql.NullInt64 // the last request's time as stored, µs, for the claim's compare-and-set
 }
 
-// Leading reports whether the record describes a live leader: a term in
-// state leading whose last renewal is younger than its lease plus margin
-// and, under GetLock, whose session holds the lock.
+// The record's rule: what one read of the record says of the term it
+// names. Every decision about that term comes from here: whether a new
+// term may start and after what lock-delay (opener.succeed), whether its
+// session must be killed (pinned.contend, Operator.demote), whether
+// Operator.Leader reports it, and how the history ends it (settle,
+// opener.history). The claim of a new term only checks that the record is
+// unchanged since the read (opener.claim). TestRecordRule has the table.
+
+// Leading reports whether the term the record names may still act: it is
+// leading, has renewed within its lease plus margin (Expiry, database
+// clock), and holds what its strategy holds the election with (holds).
 func (r Record) Leading() bool {
-	return r.State == stateLeading && r.holds() && r.RenewedAgo <= r.Expiry
+	return r.State == stateLeading && !r.stale() && r.holds()
 }
 
-// holds reports whether the recorded holder still holds what the strategy
-// holds the election with: the lock for GetLock, the row itself for LeaseRow.
+// holds reports whether the recorded holder still holds what its strategy
+// holds the election with: under GetLock the lock, which its session must
+// hold (cross-checked with IS_USED_LOCK); under LeaseRow the row, unless
+// it has ignored a demotion for longer than its lease plus margin.
 func (r Record) holds() bool {
-	return r.Strategy == LeaseRow.String() || r.LockConnID != 0 && r.LockConnID == r.ConnID
+	if r.Strategy == LeaseRow.String() {
+		return !r.defied()
+	}
+	return r.LockConnID != 0 && r.LockConnID == r.ConnID
 }
+
+// stale: no renewal for longer than the lease plus margin.
+func (r Record) stale() bool { return r.RenewedAgo > r.Expiry }
+
+// defied: asked to step down longer than its lease plus margin ago.
+func (r Record) defied() bool { return r.demoted && r.DemotedAgo > r.Expiry }
 
 // overdue says why the recorded holder's session must be killed, or "":
 // it holds the lock (cross-checked with IS_USED_LOCK) yet has not renewed
@@ -205,12 +152,39 @@ func (r Record) overdue() string {
 		return ""
 	}
 	switch {
-	case r.RenewedAgo > r.Expiry:
+	case r.stale():
 		return stateHangKilled
-	case r.DemotedAgo > r.Expiry:
+	case r.defied():
 		return stateDemoteKilled
 	}
 	return ""
+}
+
+// lockDelay is how long a term that follows this one must wait before it
+// acts, owed besides any delay carried over from earlier terms: a term
+// forced out (asked to step down, or killed as stuck) that did not end
+// gracefully may act until its lease has certainly expired.
+func (r Record) lockDelay() time.Duration {
+	switch r.State {
+	case stateResigned, stateDemoted, stateHandedOver:
+		return 0
+	case stateHangKilled, stateDemoteKilled:
+	default:
+		if !r.demoted {
+			return 0
+		}
+	}
+	return max(r.Expiry-r.RenewedAgo, 0)
+}
+
+// lastActed is when the term could act no longer, as far as the read
+// tells, on the database clock: its recorded end, else the end of its
+// lease, or the read itself (now) if that came first.
+func (r Record) lastActed(now time.Time) time.Time {
+	if !r.Ended.IsZero() {
+		return r.Ended
+	}
+	return earlier(now, r.Renewed.Add(r.Expiry))
 }
 
 // kill ends, through q, the session of a holder that Record.overdue found
@@ -264,6 +238,41 @@ const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 func ageMicros(col string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + col + ", UTC_TIMESTAMP(6))"
 }
+
+// scanned, scannedTime and scannedAge scan a column that may be NULL
+// into dst, as its zero value then: a column as it is, microseconds since
+// the Unix epoch (utcMicros) as a time, and microseconds as a duration,
+// never negative.
+func scanned[T any](dst *T) sql.Scanner {
+	return scanFunc(func(v any) error {
+		var n sql.Null[T]
+		err := n.Scan(v)
+		*dst = n.V
+		return err
+	})
+}
+
+func scannedTime(dst *time.Time) sql.Scanner {
+	return scanFunc(func(v any) error {
+		var us sql.NullInt64
+		err := us.Scan(v)
+		*dst = fromMicros(us)
+		return err
+	})
+}
+
+func scannedAge(dst *time.Duration) sql.Scanner {
+	return scanFunc(func(v any) error {
+		var us sql.NullInt64
+		err := us.Scan(v)
+		*dst = max(micros(us), 0)
+		return err
+	})
+}
+
+type scanFunc func(v any) error
+
+func (f scanFunc) Scan(v any) error { return f(v) }
 
 func fromMicros(us sql.NullInt64) time.Time {
 	if !us.Valid {
@@ -319,7 +328,7 @@ func (s *store) remove(ctx context.Context, lock string) error {
 	}
 	r, err := s.record(ctx, tx, lock)
 	switch {
-	case err == nil && (r.Leading() || r.Strategy == GetLock.String() && r.State == stateLeading && r.holds()): // overdue, yet its session holds the lock
+	case err == nil && (r.Leading() || r.overdue() != ""): // overdue, yet its session holds the lock
 		return fmt.Errorf("%w: %q may still act in term %d of election %q; stop it first", ErrInUse, r.Identity, r.Token, s.name)
 	case err != nil && !errors.Is(err, ErrNoLeader):
 		return during("removing the election", err)
@@ -348,26 +357,34 @@ func (s *store) remove(ctx context.Context, lock string) error {
 }
 
 func readRecords(ctx context.Context, q querier, t tables, where string, args ...any) ([]Record, error) {
-	return collect(ctx, q, t, "record", text("SELECT name, strategy, state, epoch, holder, host, pid, conn_id, "+
-		utcMicros("since")+", "+utcMicros("renewed_at")+", "+utcMicros("ended_at")+", "+
-		ageMicros("renewed_at")+", lease_us, IS_USED_LOCK(lock_name), "+
-		"IF(demote_epoch <=> epoch, "+ageMicros("demote_at")+", NULL), handover_to "+
-		"FROM `"+t.record+"` "+where+" ORDER BY name", args...), func(rows *sql.Rows) (Record, error) {
-		var (
-			r                                   Record
-			since, renewed, ended, ago, demoted sql.NullInt64
-			leased, owner                       sql.NullInt64
-			handTo                              sql.NullString
-		)
-		err := rows.Scan(&r.Name, &r.Strategy, &r.State, &r.Token, &r.Identity, &r.Host, &r.PID, &r.ConnID,
-			&since, &renewed, &ended, &ago, &leased, &owner, &demoted, &handTo)
-		r.Since, r.Renewed, r.Ended = fromMicros(since), fromMicros(renewed), fromMicros(ended)
+	return collect(ctx, q, t, "record", text("SELECT "+recordColumns("r.lock_name")+" FROM `"+t.record+"` r "+where+" ORDER BY r.name", args...),
+		func(rows *sql.Rows) (Record, error) {
+			var r Record
+			err := rows.Scan(r.fields()...)
+			return r, err
+		})
+}
+
+// recordColumns selects, from the record as r, what Record holds, with
+// owner naming the election's lock for IS_USED_LOCK. A missing row (a LEFT
+// JOIN's) reads as NULLs, which Record.fields takes as zeros.
+func recordColumns(owner string) string {
+	return "r.name, r.strategy, r.state, r.epoch, r.holder, r.host, r.pid, r.conn_id, " +
+		utcMicros("r.since") + ", " + utcMicros("r.renewed_at") + ", " + utcMicros("r.ended_at") + ", " +
+		ageMicros("r.renewed_at") + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
+		"r.demote_epoch <=> r.epoch, IF(r.demote_epoch <=> r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to"
+}
+
+// fields returns the scan targets for recordColumns' columns, which fill
+// r once the row has been scanned.
+func (r *Record) fields() []any {
+	return []any{scanned(&r.Name), scanned(&r.Strategy), scanned(&r.State), scanned(&r.Token), scanned(&r.Identity), scanned(&r.Host),
+		scanned(&r.PID), scanned(&r.ConnID),
+		scannedTime(&r.Since), scannedTime(&r.Renewed), scannedTime(&r.Ended),
 		// An age is taken at the statement's start, the row read after it:
 		// a renewal committed in between is a few µs in the future.
-		r.RenewedAgo, r.Expiry, r.DemotedAgo = max(micros(ago), 0), micros(leased), max(micros(demoted), 0)
-		r.LockConnID, r.HandoverTo = uint64(owner.Int64), handTo.String
-		return r, err
-	})
+		scannedAge(&r.RenewedAgo), scannedAge(&r.Expiry), scanned(&r.LockConnID),
+		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo)}
 }
 
 // collect runs query through q and scans each of its rows with scan; what

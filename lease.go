@@ -82,7 +82,7 @@ func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, err
 		case try:
 			return won{}, ErrHeld
 		case errors.Is(err, ErrHeld):
-			seen.see(l.log, p.holder, p.epoch)
+			seen.see(l.log, p.rec.Identity, p.rec.Token)
 		}
 		if err := bounded(func(ctx context.Context) error { return h.row.beatIfDue(ctx, l.st.db) }); err != nil {
 			return won{}, err

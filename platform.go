@@ -8,8 +8,10 @@ package election
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -261,4 +263,82 @@ func denied(err error) bool { return serverError(err, 1142, 1227, 8121) }
 func serverError(err error, numbers ...uint16) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && slices.Contains(numbers, me.Number)
+}
+
+// First use: before its first campaign a candidate learns the election's
+// lock name, the server, and its strategy, and makes sure of the tables.
+
+// lockName returns the election's lock name, the key of all its rows. It
+// needs no privilege beyond connecting: readers create no tables.
+func (s *store) lockName(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	lock := s.lock
+	s.mu.Unlock()
+	if lock != "" {
+		return lock, nil
+	}
+	var database sql.NullString
+	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
+		return "", during("reaching the server", refusal(err))
+	}
+	if !database.Valid {
+		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
+	}
+	lock = lockName(database.String, s.cfg.TablePrefix, s.name)
+	s.mu.Lock()
+	s.lock = lock
+	s.mu.Unlock()
+	return lock, nil
+}
+
+// prepare reads the server's platform and settles the candidate's
+// strategy, then creates or checks the tables, once, before a candidate's
+// first campaign; it returns the lock name.
+func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
+	// Bounded as a session's setup is: a server that accepts the connection
+	// and never answers must not hold a campaign forever, whatever ctx.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease+s.cfg.Margin)
+	defer cancel()
+	lock, err := s.lockName(ctx)
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if err != nil || ready {
+		return lock, err
+	}
+	// The server first: a strategy it cannot serve is refused before any
+	// table is created.
+	p, err := detectPlatform(ctx, s.db)
+	if err != nil {
+		return "", err
+	}
+	strategy, why, err := p.strategyFor(s.cfg.Strategy)
+	if err != nil {
+		return "", err
+	}
+	check := checkSchema
+	if !s.cfg.SkipCreateTables {
+		check = createSchema
+	}
+	if err := check(ctx, s.db, s.tbl); err != nil {
+		return "", err
+	}
+	if why != "" {
+		log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
+	}
+	for _, w := range p.warnings(strategy, s.cfg.CheckInterval) {
+		log.Warn(w)
+	}
+	s.mu.Lock()
+	s.ready, s.platform, s.strategy = true, p, strategy
+	s.mu.Unlock()
+	return lock, nil
+}
+
+// settled returns the server's platform and the candidate's strategy, as
+// prepare settled them.
+func (s *store) settled() (platform, Strategy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.platform, s.strategy
 }

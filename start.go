@@ -19,20 +19,14 @@ import (
 // opener starts terms on one election's rows.
 type opener struct{ *store }
 
-// predecessor is the last term as a new one finds it.
+// predecessor is the last term as a new one finds it: the record, read
+// with the server's clock, which the next token must reach (see claim).
 type predecessor struct {
-	exists                          bool
-	nowUS                           uint64 // the server's clock at the read, µs since the Unix epoch
-	epoch                           uint64
-	holder, host                    string
-	pid                             int
-	sinceUS                         int64
-	endedUS                         int64 // when it ended, or could act no longer, for the history
-	seenUS                          int64 // its last sign of life: its recorded end, else its last renewal
-	strategy, state                 sql.NullString
-	session, owner, leaseLeftUS     sql.NullInt64
-	delayLeftUS                     sql.NullInt64 // the lock-delay still owed, carried over from an earlier term (delay_until)
-	stale, forced, overdue, handing sql.NullBool
+	rec         Record
+	exists      bool          // the election has a record
+	nowUS       uint64        // the server's clock at the read, µs since the Unix epoch
+	delayLeftUS sql.NullInt64 // the lock-delay still owed, carried over from an earlier term (delay_until)
+	handing     bool          // a hand-over to another live candidate is pending
 }
 
 // errRaced: the record changed between the read and the claim of a term
@@ -91,22 +85,18 @@ func (s opener) unclaim(ctx context.Context, q querier, lock string, session, cl
 // ER_USER_LOCK_WRONG_NAME; read, not tested here); MariaDB returns NULL.
 func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
 	var p predecessor
-	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, COALESCE(epoch, 0), COALESCE(holder, ''), COALESCE(host, ''), COALESCE(pid, 0), "+
-		"COALESCE("+utcMicros("since")+", 0), "+
-		"COALESCE("+utcMicros("COALESCE(ended_at, LEAST(UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND))")+", 0), "+
-		"COALESCE("+utcMicros("COALESCE(ended_at, renewed_at)")+", 0), strategy, state, conn_id, IS_USED_LOCK(?), "+
-		ageMicros("renewed_at")+" > lease_us, demote_epoch <=> epoch, "+
-		"demote_epoch <=> epoch AND "+ageMicros("demote_at")+" > lease_us, "+
-		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), renewed_at + INTERVAL lease_us MICROSECOND), "+
-		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), delay_until), "+
-		s.handingOver("r")+" FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock, lock)).
-		Scan(&p.nowUS, &p.exists, &p.epoch, &p.holder, &p.host, &p.pid, &p.sinceUS, &p.endedUS, &p.seenUS, &p.strategy, &p.state, &p.session, &p.owner,
-			&p.stale, &p.forced, &p.overdue, &p.leaseLeftUS, &p.delayLeftUS, &p.handing)
+	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, "+recordColumns("?")+", "+
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.delay_until), COALESCE("+s.handingOver("r")+", FALSE) "+
+		"FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock, lock)).
+		Scan(append(append([]any{&p.nowUS, &p.exists}, p.rec.fields()...), &p.delayLeftUS, &p.handing)...)
 	if err != nil {
 		return p, during("reading the record", schemaError(s.tbl, err))
 	}
 	return p, nil
 }
+
+// now is the server's clock at the read.
+func (p predecessor) now() time.Time { return time.UnixMicro(int64(p.nowUS)).UTC() }
 
 // leaderless is how long the election had no leader when this read was
 // made, at most: since p's last sign of life (its recorded end, else its
@@ -116,7 +106,11 @@ func (p predecessor) leaderless() (d time.Duration, ok bool) {
 	if !p.exists {
 		return 0, false
 	}
-	return time.Duration(max(int64(p.nowUS)-p.seenUS, 0)) * time.Microsecond, true
+	seen := p.rec.Ended // its last sign of life: its recorded end, else its last renewal
+	if seen.IsZero() {
+		seen = p.rec.Renewed
+	}
+	return max(p.now().Sub(seen), 0), true
 }
 
 // handingOver is true, on the record as r, while a hand-over to another
@@ -143,29 +137,15 @@ func (s opener) handingOver(r string) string {
 //     context ended), and ended gracefully, and so owes nothing itself.
 func (s opener) succeed(p predecessor) (time.Duration, error) {
 	_, strategy := s.settled()
-	// Does the last term still act, by its own strategy's rules?
-	acting := p.state.String == stateLeading && !p.stale.Bool &&
-		(p.strategy.String == LeaseRow.String() || p.owner.Valid && p.owner.Int64 == p.session.Int64)
-	switch {
-	case acting && p.strategy.String != strategy.String():
-		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.name, p.strategy.String)
-	case acting && strategy == LeaseRow && !p.overdue.Bool:
+	switch acting := p.rec.Leading(); {
+	case acting && p.rec.Strategy != strategy.String():
+		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.name, p.rec.Strategy)
+	case acting && strategy == LeaseRow:
 		return 0, ErrHeld
-	case p.handing.Bool:
+	case p.handing:
 		return 0, errYield
 	}
-	var graceful, killed bool
-	switch p.state.String {
-	case stateResigned, stateDemoted, stateHandedOver:
-		graceful = true
-	case stateHangKilled, stateDemoteKilled:
-		killed = true
-	}
-	owed := max(p.delayLeftUS.Int64, 0)
-	if (killed || p.forced.Bool) && !graceful {
-		owed = max(owed, p.leaseLeftUS.Int64)
-	}
-	return time.Duration(owed) * time.Microsecond, nil
+	return max(time.Duration(p.delayLeftUS.Int64)*time.Microsecond, p.rec.lockDelay()), nil
 }
 
 // claim writes the new term's record (requests cleared, the lock-delay's
@@ -188,7 +168,7 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor, delay time.Duration) (uint64, error) {
 	host, _ := os.Hostname()
 	_, strategy := s.settled()
-	claimed := max(p.epoch+1, p.nowUS)
+	claimed := max(p.rec.Token+1, p.nowUS)
 	values := []any{s.name, strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
 	if !p.exists {
 		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
@@ -213,10 +193,14 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 			"r.holder = ?, r.host = ?, r.pid = ?, r.conn_id = ?, r.lease_us = ?, r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), "+
 			"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = "+delayUntil, values...)
 	}
-	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND NOT (r.state = ? AND "+ageMicros("r.renewed_at")+" <= r.lease_us AND ("+
-		"r.strategy = ? AND NOT (r.demote_epoch <=> r.epoch AND "+ageMicros("r.demote_at")+" > r.lease_us) OR "+
-		"r.strategy = ? AND IS_USED_LOCK(r.lock_name) <=> r.conn_id AND r.conn_id <> ?)) AND NOT (",
-		lock, p.epoch, stateLeading, LeaseRow.String(), GetLock.String(), session) + s.handingOver("r") + ")"
+	// The record as read: the term it names, and every column its holder
+	// or an operator writes (a renewal, an end, a request to step down).
+	var demoteAt any
+	if p.rec.demoteAt.Valid {
+		demoteAt = p.rec.demoteAt.Int64
+	}
+	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ? AND "+utcMicros("r.renewed_at")+" = ? AND "+utcMicros("r.demote_at")+" <=> ? AND NOT (",
+		lock, p.rec.Token, p.rec.State, p.rec.Renewed.UnixMicro(), demoteAt) + s.handingOver("r") + ")"
 	res, err := q.ExecContext(ctx, set("JOIN `"+s.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
 		text(", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, ?))", claimed)+where)
 	if err != nil {
@@ -341,17 +325,18 @@ func (s opener) history(ctx context.Context, q querier, lock string, token uint6
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
 		var reason any
-		if p.state.String != stateLeading {
-			reason = p.state.String
+		if p.rec.State != stateLeading {
+			reason = p.rec.State
 		}
+		ended := p.rec.lastActed(p.now()).UnixMicro()
 		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
 			"VALUES (?, ?, ?, ?, ?, "+atMicros+", IF(? IS NULL, NULL, "+atMicros+"), ?)",
-			lock, p.epoch, p.holder, p.host, p.pid, p.sinceUS, reason, p.endedUS, reason)); err != nil {
+			lock, p.rec.Token, p.rec.Identity, p.rec.Host, p.rec.PID, p.rec.Since.UnixMicro(), reason, ended, reason)); err != nil {
 			return during("writing the history", schemaError(s.tbl, err))
 		}
 		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = IF(epoch = ?, "+atMicros+", "+atMicros+"), "+
 			"reason = IF(epoch = ?, COALESCE(?, ?), ?) WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL",
-			p.epoch, p.endedUS, p.sinceUS, p.epoch, reason, stateLost, stateLost, lock, token)); err != nil {
+			p.rec.Token, ended, p.rec.Since.UnixMicro(), p.rec.Token, reason, stateLost, stateLost, lock, token)); err != nil {
 			return during("closing the last term", schemaError(s.tbl, err))
 		}
 	}
