@@ -144,16 +144,20 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// The README's grants for candidates, readers and operators who steer are
-// enough for every call it lists for them: users are created from its
-// block, word for word but for the database and user names.
+// The grants that docs/operations.md ("Set-up for DBAs", moved there from
+// the README) gives candidates, readers and operators who steer are enough
+// for every call it lists for them: users are created from its block, word
+// for word but for the database and user names.
 func TestREADMEGrantsAreEnough(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("README.md")
+	doc, err := os.ReadFile("docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, setup, _ := strings.Cut(string(readme), "## Set-up for DBAs")
+	_, setup, ok := strings.Cut(string(doc), "## Set-up for DBAs")
+	if !ok {
+		t.Fatal(`docs/operations.md has no section "## Set-up for DBAs"`)
+	}
 	_, block, _ := strings.Cut(setup, "```sql\n")
 	block, _, _ = strings.Cut(block, "```")
 	admin, _ := newDB(t)
@@ -176,11 +180,11 @@ func TestREADMEGrantsAreEnough(t *testing.T) {
 		grants[role] = append(grants[role], strings.ReplaceAll(grant, account, "%s"))
 	}
 	if len(grants) != 3 {
-		t.Fatalf("the README grants to %d roles, want app, viewer and operator: %q", len(grants), grants)
+		t.Fatalf("docs/operations.md grants to %d roles, want app, viewer and operator: %q", len(grants), grants)
 	}
 	as := func(role string, extra ...string) *sql.DB {
 		if len(grants[role]) == 0 {
-			t.Fatalf("the README grants nothing to %q", role)
+			t.Fatalf("docs/operations.md grants nothing to %q", role)
 		}
 		return openAsUser(t, dbName, role+"_"+dbName, append(grants[role], extra...)...)
 	}
@@ -193,7 +197,7 @@ func TestREADMEGrantsAreEnough(t *testing.T) {
 	led := make(chan uint64, 10)
 	runInBackground(t, ctx, a, func(ctx context.Context, term *election.Term) error {
 		if err := fencedWrite(ctx, term, "a"); err != nil {
-			t.Errorf("fenced write as the README's app user: %v", err)
+			t.Errorf("fenced write as the documented app user: %v", err)
 		}
 		led <- term.Token()
 		<-ctx.Done()
@@ -207,36 +211,36 @@ func TestREADMEGrantsAreEnough(t *testing.T) {
 	waitFor(t, "b to campaign", 10*time.Second, func() bool {
 		cands, err := ops.Candidates(ctx)
 		if err != nil {
-			t.Fatalf("Candidates as the README's viewer: %v", err)
+			t.Fatalf("Candidates as the documented viewer: %v", err)
 		}
 		return len(cands) == 2
 	})
 	if rec, err := ops.Leader(ctx); err != nil || rec.Token != first {
-		t.Fatalf("Leader as the README's viewer: %+v %v", rec, err)
+		t.Fatalf("Leader as the documented viewer: %+v %v", rec, err)
 	}
 	if token, err := ops.Token(ctx); err != nil || token != first {
-		t.Fatalf("Token as the README's viewer: %d %v", token, err)
+		t.Fatalf("Token as the documented viewer: %d %v", token, err)
 	}
 	if hist, err := ops.History(ctx, 0); err != nil || len(hist) == 0 {
-		t.Fatalf("History as the README's viewer: %v %v", hist, err)
+		t.Fatalf("History as the documented viewer: %v %v", hist, err)
 	}
 	if recs, err := election.Elections(ctx, viewer, ""); err != nil || len(recs) != 1 {
-		t.Fatalf("Elections as the README's viewer: %v %v", recs, err)
+		t.Fatalf("Elections as the documented viewer: %v %v", recs, err)
 	}
 	wctx, stop := context.WithCancel(ctx)
 	if ev := <-ops.Watch(wctx); !ev.Leading || ev.Token != first {
-		t.Fatalf("Watch as the README's viewer: %+v", ev)
+		t.Fatalf("Watch as the documented viewer: %+v", ev)
 	}
 	stop()
 
 	// Operators who steer: a hand-over to b, then a demotion.
 	steer := newOperator(t, operator, "grants")
 	if _, err := steer.Handover(ctx, "b"); err != nil {
-		t.Fatalf("Handover as the README's operator: %v", err)
+		t.Fatalf("Handover as the documented operator: %v", err)
 	}
 	termB := await(t, bWaits, 10*time.Second).term
 	if _, err := steer.Demote(ctx); err != nil {
-		t.Fatalf("Demote as the README's operator: %v", err)
+		t.Fatalf("Demote as the documented operator: %v", err)
 	}
 	<-termB.Done()
 	termB.Resign(ctx)
@@ -244,7 +248,7 @@ func TestREADMEGrantsAreEnough(t *testing.T) {
 		t.Fatalf("after the demotion, a leads with token %d, not above b's %d", next, termB.Token())
 	}
 	if err := b.TryRun(ctx, 0, func(context.Context, *election.Term) error { return nil }); !errors.Is(err, election.ErrHeld) {
-		t.Fatalf("TryRun as the README's app user while a leads: %v, want ErrHeld", err)
+		t.Fatalf("TryRun as the documented app user while a leads: %v, want ErrHeld", err)
 	}
 }
 
