@@ -240,7 +240,7 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 func (e *Elector) begin() (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.busy {
+	if e.busy || e.running != nil { // a term, or the function of one resigned without it (runTerm)
 		return 0, ErrCampaigning
 	}
 	e.busy = true
@@ -294,7 +294,8 @@ func (e *Elector) Leader(ctx context.Context) (Record, error) {
 // fn's return ends the term, never the campaign: Run resigns the term and
 // campaigns again, after a backoff pause that lets another candidate lead
 // and keeps a function that returns at once from spinning (the pause is
-// reset by a term that lasted longer than Lease). An error fn returns is
+// reset by a term that lasted longer than Lease); so does a function that
+// resigns its term itself. An error fn returns while its term lasts is
 // logged at WARN. To end Run from fn (the work is done for good), return
 // an error wrapping ErrStop: Run resigns and returns that error.
 //
@@ -328,25 +329,31 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		fnErr := e.runTerm(ctx, t, fn)
 		lost := t.Err()
 		t.Resign(context.WithoutCancel(ctx))
+		// The function gave the term up: it returned while the term lasted,
+		// or resigned it itself.
+		gaveUp := lost == nil || errors.Is(lost, ErrResigned)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(fnErr, ErrStop):
 			e.log.Info("the leader's function returned ErrStop: Run returns and this candidate no longer campaigns", "err", fnErr)
 			return fnErr
-		case lost == nil && fnErr != nil:
+		case gaveUp && fnErr != nil:
 			e.log.Warn("the leader's function failed: its term is resigned; campaigning again after a pause", "err", fnErr, "func", funcName(fn))
-		case lost == nil:
+		case gaveUp:
 			e.log.Info("the leader's function returned while it led: its term is resigned; campaigning again after a pause", "func", funcName(fn))
+		case fnErr != nil:
+			e.log.Debug("the leader's function returned after its term ended", "err", fnErr, "reason", t.Reason())
 		}
 		// A candidate that lost its term campaigns again at once: when every
 		// candidate has just lost a term (faults in a row), a pause here
-		// would leave nobody to take over. One whose function returned, or
-		// that was demoted, steps aside for a backoff, so that another leads.
+		// would leave nobody to take over. One that gave its term up, or
+		// was demoted, steps aside for a backoff, so that another leads; the
+		// backoff grows while its terms keep ending sooner than Lease.
 		if time.Since(t.start) > e.st.cfg.Lease {
 			b.Reset()
 		}
-		if lost == nil || errors.Is(lost, ErrDemoted) {
+		if gaveUp || errors.Is(lost, ErrDemoted) {
 			if err := pause(ctx, b); err != nil {
 				return err
 			}
@@ -475,7 +482,9 @@ func (e *Elector) setStopped(err error) {
 // ShedLock provides): if this candidate can lead at once it runs fn once,
 // in a term of its own with its fencing token, and returns fn's result;
 // if another candidate leads it returns ErrHeld at once and fn does not
-// run. fn's context is cancelled if the term ends or ctx ends. After fn
+// run. fn's context is cancelled if the term ends or ctx ends; after ctx
+// ends fn has Margin to return, then the term is resigned without it, as
+// under Run. After fn
 // returns, the term is held until atLeast has passed since it began, so
 // that instances whose schedule fires a little later (clock jitter) find
 // the task held and skip it; then it is resigned. This candidate is listed

@@ -654,6 +654,25 @@ func TestRunFunctionEndsTheTermNotTheCampaign(t *testing.T) {
 	assertHistoryReason(t, newOperator(t, db, "returns"), tokens[0], "resigned")
 }
 
+// A function that resigns its own term and returns at once does not make
+// Run spin: Run pauses before it campaigns again, as after any return of
+// the function, and the pause grows while terms stay short.
+func TestRunPausesAfterTheFunctionResigns(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	e := newElectorWith(t, db, "resigns", fast)
+	var terms int
+	err := e.Run(ctxFor(t, 2*time.Second), func(ctx context.Context, term *election.Term) error {
+		terms++
+		return term.Resign(ctx)
+	})
+	// Pauses from Interval (100 ms) growing by half each time: about 7 terms
+	// in 2 s; without them, hundreds.
+	if !errors.Is(err, context.DeadlineExceeded) || terms < 2 || terms > 30 {
+		t.Fatalf("Run: %v after %d terms in 2s, want the deadline after a few", err, terms)
+	}
+}
+
 // An elector's first campaign is bounded whatever its context: against a
 // server that accepts the connection and never answers (the handshake
 // hangs), and against one that stops answering after the connection was

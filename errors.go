@@ -19,8 +19,9 @@ var (
 	// or no such database (1049). The message names the fix. Retrying with
 	// the same DSN fails the same way until a DBA acts, so Run returns it.
 	ErrAccessDenied = errors.New("election: the server refused the login")
-	// ErrCampaigning: this Elector already campaigns or leads; one Elector is
-	// one candidate.
+	// ErrCampaigning: this Elector already campaigns or leads, or the
+	// function of its last term still runs (see Run); one Elector is one
+	// candidate.
 	ErrCampaigning = errors.New("election: this elector is already campaigning or leading")
 	// ErrHeld: TryRun found the election led by another candidate.
 	ErrHeld = errors.New("election: held by another candidate")
@@ -71,10 +72,11 @@ var (
 	ErrKillDenied = errors.New("election: not allowed to kill the leader's session")
 	// ErrStrategy: candidates of another strategy run this election.
 	ErrStrategy = errors.New("election: the election runs with another strategy")
-	// ErrUnsupported: the server cannot give this strategy's guarantees (for
-	// GetLock: Galera, multi-primary Group Replication); the message names
-	// the strategy to use.
-	ErrUnsupported = errors.New("election: strategy not supported by this server")
+	// ErrUnsupported: the server cannot give what was asked: a strategy's
+	// guarantees (GetLock on Galera, multi-primary Group Replication or
+	// TiDB; the message names the strategy to use), or a read-only fenced
+	// transaction where the fence must write (FencedTx).
+	ErrUnsupported = errors.New("election: not supported by this server")
 )
 
 // stepError names the step that failed in front of its cause, with the

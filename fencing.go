@@ -99,16 +99,29 @@ func (t *Term) Fenced(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // refused once a newer term exists). nil is Fenced. The fence holds at
 // every isolation level: its check is a locking read, which sees the
 // newest epoch whatever the level. The server may refuse an option: TiDB
-// refuses READ ONLY (error 1235) and SERIALIZABLE (8048).
+// refuses READ ONLY (error 1235) and SERIALIZABLE (8048); on Galera and
+// multi-primary Group Replication, where the fence writes the epoch row
+// (platform.certifies), ReadOnly is refused with ErrUnsupported.
 func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
+	}
+	if server, _ := t.st.settled(); opts != nil && opts.ReadOnly && server.certifies() {
+		return fmt.Errorf("%w: a fenced transaction cannot be READ ONLY on Galera or multi-primary Group Replication, where its check writes the epoch row; leave ReadOnly unset", ErrUnsupported)
 	}
 	lock, err := t.st.lockName(ctx)
 	if err != nil {
 		return err
 	}
-	s, tx, err := t.beginTx(ctx, opts)
+	// The transaction ends with the term: a function stopped inside it
+	// (one that never returns) must not hold the epoch row, and with it the
+	// next term's start, until the server drops its session. database/sql
+	// rolls it back when its context ends, unless its COMMIT has begun
+	// (which commit bounds).
+	txCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(t.ctx, cancel)()
+	s, tx, err := t.beginTx(txCtx, opts)
 	if errors.Is(err, errTermOver) {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
@@ -231,8 +244,8 @@ func (t *Term) beginTx(ctx context.Context, opts *sql.TxOptions) (*fencedConn, *
 			return s, tx, nil
 		}
 		t.kept.put(ctx, s, false)
-		if !s.reused || !retry || ctx.Err() != nil {
-			return nil, nil, err
+		if !s.reused || !retry || ctx.Err() != nil || !errors.Is(err, driver.ErrBadConn) && !errors.Is(err, mysql.ErrInvalidConn) {
+			return nil, nil, err // a refused option fails the same way on any session
 		}
 	}
 }

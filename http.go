@@ -20,14 +20,13 @@ func (e *Elector) LeaderHandler() http.Handler {
 }
 
 // HealthHandler answers 503 when a supervisor should restart the process:
-// when the function Run gave a term is still running more than Margin after
-// its context was cancelled, because the term ended or Run's context did
-// (its leader code has not stopped, as a leader stuck in a deadlock would
-// not; after a shutdown the term has been resigned without it), and when
-// Run returned
-// an error that retrying cannot fix (see Run), such as ErrAccessDenied,
-// until Run is called again. Otherwise it answers 200. It does no I/O.
-// Terms taken with Campaign are not tracked.
+// when the function Run (or TryRun) gave a term is still running more than
+// Margin after its context was cancelled, because the term ended or Run's
+// context did (its leader code has not stopped, as a leader stuck in a
+// deadlock would not; after a shutdown the term has been resigned without
+// it), and when Run returned an error that retrying cannot fix (see Run),
+// such as ErrAccessDenied, until Run is called again. Otherwise it answers
+// 200. It does no I/O. Terms taken with Campaign are not tracked.
 func (e *Elector) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()

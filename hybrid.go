@@ -314,9 +314,18 @@ func (s *store) leader(ctx context.Context) (Record, error) {
 // epoch rows first: a term start, which writes both, waits for the
 // transaction and then finds no record, so it starts the election anew.
 // A candidate that joins meanwhile keeps its row: only rows of candidates
-// that do not campaign are deleted.
+// that do not campaign are deleted. Repeatable read, whatever the server's
+// default: its gap locks keep a first term's record out meanwhile.
 func (s *store) remove(ctx context.Context, lock string) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	err := s.removeOnce(ctx, lock)
+	if conflict(err) { // a term start's transaction met this one
+		err = fmt.Errorf("%w: a candidate of election %q campaigned while it was being removed: %w", ErrInUse, s.name, err)
+	}
+	return err
+}
+
+func (s *store) removeOnce(ctx context.Context, lock string) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return during("removing the election", err)
 	}
@@ -342,7 +351,7 @@ func (s *store) remove(ctx context.Context, lock string) error {
 	}
 	for _, q := range []string{
 		"DELETE FROM `" + s.tbl.term + "` WHERE lock_name = ?",
-		"DELETE FROM `" + s.tbl.candidate + "` WHERE lock_name = ?",
+		"DELETE c FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = ? AND NOT " + alive("c"),
 		"DELETE FROM `" + s.tbl.epoch + "` WHERE lock_name = ?",
 		"DELETE FROM `" + s.tbl.record + "` WHERE lock_name = ?",
 	} {

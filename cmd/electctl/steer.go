@@ -70,7 +70,10 @@ func (c *cli) remove(ctx context.Context, name string) int {
 	}
 	last, err := e.Leader(ctx)
 	if errors.Is(err, election.ErrNoLeader) && last.Token == 0 {
-		return c.noTerm(name)
+		// No term yet: an election only if some candidate left a row.
+		if cs, err := e.Candidates(ctx); err != nil || len(cs) == 0 {
+			return c.noTerm(name)
+		}
 	}
 	if err := e.Remove(ctx); err != nil {
 		return c.fail(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/sqlelect/election"
@@ -97,6 +98,9 @@ type readLog struct {
 func (h readLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
 
 func (h readLog) Handle(_ context.Context, r slog.Record) error {
+	if !strings.HasPrefix(r.Message, "watch: ") {
+		return nil // not about Watch's reads
+	}
 	var err error
 	if r.Level >= slog.LevelWarn {
 		err = errors.New(r.Message)
