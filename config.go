@@ -121,7 +121,7 @@ type Config struct {
 	// per leader, not per check). Default: none. The MySQL driver prints
 	// its own faults to stderr, unstructured; route them to slog with
 	// mysql.SetLogger before sql.Open, or per pool with the Logger of a
-	// mysql.Config (README, "Logs"). The library leaves the driver's
+	// mysql.Config (docs/operations.md, "Logs"). The library leaves the driver's
 	// logger, which is process-wide, to you.
 	Logger *slog.Logger
 	// Observer receives events, for metrics. Default: none.

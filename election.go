@@ -62,7 +62,7 @@
 // the server's clock in microseconds, so a replica promoted after its
 // primary died issues none twice, even one that lost the last terms, as
 // long as the failover takes longer than the two servers' clocks differ
-// (README, "Clusters and replicas"). GET_LOCK is not cluster-wide on
+// (docs/operations.md, "Clusters and replicas"). GET_LOCK is not cluster-wide on
 // Galera or multi-primary Group Replication, and cannot hold an election on
 // TiDB: GetLock is refused there.
 package election

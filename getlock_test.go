@@ -530,7 +530,7 @@ func TestIdentityInUse(t *testing.T) {
 // and leads; a waiting one, deputy or queued, learns the limit from the
 // first cuts, says so in one WARN, waits in steps that fit under it, fails
 // no more campaigns, and leads when its turn comes. The driver's own lines
-// go to slog through its connector's Logger (README, "Logs").
+// go to slog through its connector's Logger (docs/operations.md, "Logs").
 func TestReadTimeoutBelowTheWaits(t *testing.T) {
 	needGetLock(t)
 	const readTimeout = 500 * time.Millisecond

@@ -129,7 +129,7 @@ func TestRemove(t *testing.T) {
 		waitFor(t, "a leader", 10*time.Second, func() bool { _, err := reader.Leader(ctx); return err == nil })
 		first, _ := reader.Leader(ctx)
 		before := contentsOnceLed(t, db)
-		// As a user with the README's grants for Remove.
+		// As a user with the grants docs/operations.md gives for Remove.
 		dbName := dbNameOf(t, db)
 		var grants []string
 		for _, table := range []string{"record", "epoch", "candidate", "term"} {

@@ -4,7 +4,8 @@ package election
 // here, from what detectPlatform reads before a candidate's first
 // campaign: which strategy the server can serve, and how the statements
 // that differ are spelled. docs/protocol.md, "Platforms", gives the
-// argument for each; the README's support table says what is tested.
+// argument for each; the support table (docs/operations.md, "Which
+// servers") says what is tested.
 
 import (
 	"context"

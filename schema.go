@@ -324,7 +324,7 @@ func refusal(err error) error {
 func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
 		t.candidate + "` and `" + t.term + "`; operators that demote or hand over need SELECT on all four and UPDATE on `" + t.record +
-		"` and `" + t.term + "`; readers need SELECT (README, \"Set-up for DBAs\")"
+		"` and `" + t.term + "`; readers need SELECT (docs/operations.md, \"Set-up for DBAs\")"
 }
 
 // lockName derives the server-wide GET_LOCK name of an election. Lock names

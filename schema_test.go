@@ -144,11 +144,11 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// The grants that docs/operations.md ("Set-up for DBAs", moved there from
-// the README) gives candidates, readers and operators who steer are enough
-// for every call it lists for them: users are created from its block, word
-// for word but for the database and user names.
-func TestREADMEGrantsAreEnough(t *testing.T) {
+// The grants that docs/operations.md ("Set-up for DBAs") gives candidates,
+// readers and operators who steer are enough for every call it lists for
+// them: users are created from its block, word for word but for the
+// database and user names.
+func TestDocumentedGrantsAreEnough(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("docs/operations.md")
 	if err != nil {

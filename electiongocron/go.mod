@@ -19,5 +19,5 @@ require (
 // Development only: the election package of this checkout. A replace in a
 // dependency's go.mod is ignored, so users get the version required above:
 // tag the election module first, require that version here, then tag
-// electiongocron/vX.Y.Z (README, "Layout").
+// electiongocron/vX.Y.Z (CONTRIBUTING.md, "Layout").
 replace github.com/sqlelect/election => ../

@@ -26,5 +26,5 @@ require (
 // Development only: the election package of this checkout. A replace in a
 // dependency's go.mod is ignored, so users get the version required above:
 // tag the election module first, require that version here, then tag
-// electionotel/vX.Y.Z (README, "Layout").
+// electionotel/vX.Y.Z (CONTRIBUTING.md, "Layout").
 replace github.com/sqlelect/election => ../

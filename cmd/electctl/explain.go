@@ -53,7 +53,7 @@ func (c *cli) explain(err error) (string, int) {
 		// The server says "denied", not "doesn't exist", to a user with no
 		// grant on a table: the prefix may be wrong too.
 		return fmt.Sprintf("the server refused a privilege on the election tables in database %s: %v; grant what it names "+
-			"(README, \"Set-up for DBAs\", lists what readers, operators and candidates need), or pass --prefix if the tables' prefix is not %q",
+			"(docs/operations.md, \"Set-up for DBAs\", lists what readers, operators and candidates need), or pass --prefix if the tables' prefix is not %q",
 			c.database(), me, c.prefix), exitRefused
 	}
 	code := exitError
@@ -94,7 +94,7 @@ func (c *cli) refused(err error) (line string, code int, ok bool) {
 		}
 		return line, exitRefused, true
 	case 1044: // access denied to the database
-		return fmt.Sprintf("the server %s refused the login to database %s: %v; grant the user privileges on it (README, \"Set-up for DBAs\"), or name another database in %s",
+		return fmt.Sprintf("the server %s refused the login to database %s: %v; grant the user privileges on it (docs/operations.md, \"Set-up for DBAs\"), or name another database in %s",
 			c.server(), c.database(), me, c.dsnFrom), exitRefused, true
 	case 1049: // unknown database
 		return fmt.Sprintf("no database %s on the server %s (%v): name an existing database in %s, or create it", c.database(), c.server(), me, c.dsnFrom), exitNotFound, true

@@ -302,7 +302,7 @@ func TestWatchMarksARevisedEnd(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	// What a leader's late account writes (see the README, History).
+	// What a leader's late account writes (docs/operations.md, "Operator actions").
 	if _, err := c.db.Exec("UPDATE election_term SET reason = 'lease-expired', ended_at = ended_at - INTERVAL 1 SECOND WHERE holder = 'a'"); err != nil {
 		t.Fatal(err)
 	}
