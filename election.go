@@ -91,14 +91,14 @@ type Elector struct {
 	log  *slog.Logger
 	side strategy // chosen at the first campaign
 
-	mu      sync.Mutex
-	busy    bool      // a campaign or a term is under way
-	claim   uint64    // counts campaigns, so that a late keeper releases only its own
-	term    *Term     // the current term, if any
-	running *Term     // the term whose function Run is running
-	told    time.Time // when that function's context was cancelled
-	toldWhy error     // and why
-	stopped error     // why the last Run returned, if retrying could not fix it
+	mu        sync.Mutex
+	busy      bool      // a campaign or a term is under way
+	campaigns uint64    // counts them, so that a late keeper frees the Elector only for its own
+	term      *Term     // the current term, if any
+	running   *Term     // the term whose function Run is running
+	told      time.Time // when that function's context was cancelled
+	toldWhy   error     // and why
+	stopped   error     // why the last Run returned, if retrying could not fix it
 
 	stats counters
 }
@@ -200,7 +200,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 // campaign waits under waitCtx and binds the term to termCtx. With try it
 // does not wait: it returns ErrHeld if another candidate leads.
 func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, error) {
-	claim, err := e.begin()
+	n, err := e.occupy()
 	if err != nil {
 		return nil, err
 	}
@@ -209,17 +209,17 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 		if permanent(err) {
 			// Retrying cannot help: a candidate row left behind would list,
 			// and offer for a hand-over, a candidate that does not campaign.
-			// Before end: a campaign begun after it writes a row of its own.
+			// Before vacate: a campaign begun after it writes a row of its own.
 			e.leave(waitCtx)
 		}
-		e.end(claim)
+		e.vacate(n)
 		return nil, refusal(err) // whichever statement opened the refused session
 	}
 	failpoint.Hit(waitCtx, failpoint.Claimed)
 	e.stats.terms.Add(1)
-	t := newTerm(e.st, e.log, w, termCtx, func() { e.end(claim) })
+	t := newTerm(e.st, e.log, w, termCtx, func() { e.vacate(n) })
 	if err := t.waitLockDelay(waitCtx, w.delay); err != nil {
-		return nil, err // the term ended early; its keeper released the claim
+		return nil, err // the term ended early; its keeper vacated the Elector
 	}
 	if !t.IsLeader() {
 		// The lease ran out before the term could begin (this process was
@@ -229,30 +229,30 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 		return nil, fmt.Errorf("%w: the term's lease ran out before the term began (was this process paused, or did claiming the election take longer than Lease?)", ErrLeaseExpired)
 	}
 	e.mu.Lock()
-	if e.claim == claim && e.busy { // not if the term has already ended
+	if e.campaigns == n && e.busy { // not if the term has already ended
 		e.term = t
 	}
 	e.mu.Unlock()
 	return t, nil
 }
 
-// begin marks the Elector busy for one campaign and its term.
-func (e *Elector) begin() (uint64, error) {
+// occupy marks the Elector busy for one campaign and its term, the n-th.
+func (e *Elector) occupy() (n uint64, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.busy || e.running != nil { // a term, or the function of one resigned without it (runTerm)
 		return 0, ErrCampaigning
 	}
 	e.busy = true
-	e.claim++
-	return e.claim, nil
+	e.campaigns++
+	return e.campaigns, nil
 }
 
-// end releases campaign claim's hold on the Elector, unless a later one
+// vacate frees the Elector from its n-th campaign, unless a later one
 // holds it.
-func (e *Elector) end(claim uint64) {
+func (e *Elector) vacate(n uint64) {
 	e.mu.Lock()
-	if e.claim == claim {
+	if e.campaigns == n {
 		e.busy, e.term = false, nil
 	}
 	e.mu.Unlock()

@@ -728,7 +728,7 @@ func TestFirstUseIsBounded(t *testing.T) {
 // Campaign(context.Background()) gives up by itself with an error that
 // names the step, and once the network is back Run leads. The steps are
 // the statements of store.prepare, getLock.pin, presence.join and
-// opener.openTerm, in the order a first campaign sends them; the lock
+// termStart.open, in the order a first campaign sends them; the lock
 // waits of GetLock are not among them (see docs/protocol.md, "Campaign",
 // step 1).
 func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {

@@ -109,7 +109,7 @@ func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sq
 	if server, _ := t.st.settled(); opts != nil && opts.ReadOnly && server.certifies() {
 		return fmt.Errorf("%w: a fenced transaction cannot be READ ONLY on Galera or multi-primary Group Replication, where its check writes the epoch row; leave ReadOnly unset", ErrUnsupported)
 	}
-	lock, err := t.st.lockName(ctx)
+	lock, err := t.st.resolveLock(ctx)
 	if err != nil {
 		return err
 	}
@@ -500,14 +500,6 @@ func (k *keptSession) close() {
 	if conn != nil {
 		drop(conn)
 	}
-}
-
-// drop closes a session for good. Conn.Close would return it to the pool
-// with whatever it has (the short wait_timeout); driver.ErrBadConn from Raw
-// makes database/sql close the underlying connection instead.
-func drop(conn *sql.Conn) {
-	conn.Raw(func(any) error { return driver.ErrBadConn })
-	conn.Close()
 }
 
 // TokenHeader is the HTTP header that carries a fencing token from a

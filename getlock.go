@@ -134,7 +134,7 @@ func (g *getLock) acquire(ctx context.Context, lock string, try bool) (won, erro
 				p     predecessor
 			)
 			if delay, p, err = s.startTerm(ctx); err == nil {
-				return won{h: s, token: s.token, sent: sent, delay: delay, p: p, begun: s.begun(p)}, nil
+				return won{h: s, token: s.token, sent: sent, delay: delay, p: p}, nil
 			}
 			if errors.Is(err, errYield) {
 				if try {
@@ -287,13 +287,13 @@ func (s *pinned) contend(ctx context.Context) error {
 }
 
 // startTerm opens the term in one transaction on the pinned session; see
-// openTerm. GET_LOCK is held, so the election is always free to take.
+// termStart.open. GET_LOCK is held, so the election is always free to take.
 func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
 	// Bounded as a lease's try is: the lock is won, but a start sent into a
 	// network partition would otherwise wait for the caller's context.
 	ctx, cancel := context.WithTimeout(ctx, s.g.st.cfg.tryLimit())
 	defer cancel()
-	token, delay, p, err := opener{s.g.st}.openTerm(ctx, s.conn, s.lock, s.id)
+	token, delay, p, err := termStart{s.g.st, s.lock, s.id}.open(ctx, s.conn)
 	if err != nil {
 		return 0, p, err
 	}
@@ -318,21 +318,19 @@ func (s *pinned) yield(ctx context.Context) error {
 	}
 }
 
-// begun is what the term does once it has begun, before its first
+// begin is what the term does once it has begun, before its first
 // keepalive: it hands the deputy's place to the next waiter (no waiter
 // watches the leader until then), and writes the term's history. The
 // history goes through the pool: a write cut off by its deadline must not
 // take the pinned session (and the lock) with it.
-func (s *pinned) begun(p predecessor) func(ctx context.Context, started time.Time) error {
-	return func(ctx context.Context, started time.Time) error {
-		if s.deputy {
-			if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", deputyLock(s.lock))); err != nil {
-				return fmt.Errorf("election: leaving the deputy's place: %w", err)
-			}
-			s.deputy = false
+func (s *pinned) begin(ctx context.Context, started time.Time, p predecessor) error {
+	if s.deputy {
+		if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", deputyLock(s.lock))); err != nil {
+			return fmt.Errorf("election: leaving the deputy's place: %w", err)
 		}
-		return opener{s.g.st}.writeHistory(ctx, s.g.st.db, s.lock, s.token, p, started)
+		s.deputy = false
 	}
+	return termStart{s.g.st, s.lock, s.id}.writeHistory(ctx, s.g.st.db, s.token, p, started)
 }
 
 // renew stamps the record and confirms that this session still holds the

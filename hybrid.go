@@ -112,11 +112,11 @@ type Record struct {
 
 // The record's rule: what one read of the record says of the term it
 // names. Every decision about that term comes from here: whether a new
-// term may start and after what lock-delay (opener.succeed), whether its
+// term may start and after what lock-delay (termStart.decide), whether its
 // session must be killed (pinned.contend, Operator.demote), whether
 // Operator.Leader reports it, and how the history ends it (settle,
-// opener.history). The claim of a new term only checks that the record is
-// unchanged since the read (opener.claim). TestRecordRule has the table.
+// termStart.history). The claim of a new term only checks that the record is
+// unchanged since the read (termStart.claim). TestRecordRule has the table.
 
 // Leading reports whether the term the record names may still act: it is
 // leading, has renewed within its lease plus margin (Expiry, database
@@ -224,21 +224,6 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 	return s.endTerm(ctx, q, lock, rec.Token, ending{why, time.Now()})
 }
 
-// utcMicros reads a DATETIME(6) column written in UTC as microseconds since
-// the Unix epoch, so that no DSN setting (parseTime, loc) changes it.
-func utcMicros(col string) string {
-	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
-}
-
-// atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
-// the Unix epoch: the inverse of utcMicros.
-const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
-
-// ageMicros is how long ago col was, on the database clock.
-func ageMicros(col string) string {
-	return "TIMESTAMPDIFF(MICROSECOND, " + col + ", UTC_TIMESTAMP(6))"
-}
-
 // scanned, scannedTime and scannedAge scan a column that may be NULL
 // into dst, as its zero value then: a column as it is, microseconds since
 // the Unix epoch (utcMicros) as a time, and microseconds as a duration,
@@ -298,7 +283,7 @@ func (s *store) record(ctx context.Context, q querier, lock string) (Record, err
 // leader reads who leads the election: its record, and ErrNoLeader beside
 // it when no term may act.
 func (s *store) leader(ctx context.Context) (Record, error) {
-	lock, err := s.lockName(ctx)
+	lock, err := s.resolveLock(ctx)
 	if err != nil {
 		return Record{}, err
 	}
@@ -650,7 +635,7 @@ func (s *store) leave(ctx context.Context) error {
 		// the error that Run returns behind one about this cleanup.
 		return nil
 	}
-	lock, err := s.lockName(ctx)
+	lock, err := s.resolveLock(ctx)
 	if err == nil {
 		_, err = s.db.ExecContext(ctx, text("DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
 	}

@@ -40,7 +40,7 @@ type leaseHold struct {
 
 // acquire tries to take the lease every CheckInterval until it gets it or
 // ctx ends. Each try is one statement while the lease is held, and the
-// claim and the bump (opener.openTerm) only when it looks free.
+// claim and the bump (termStart.open) only when it looks free.
 func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, error) {
 	h := &leaseHold{st: l.st, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
 	// As for a pinned session, whose lock waits end after 2W: a try stuck
@@ -73,10 +73,7 @@ func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, err
 		})
 		switch {
 		case err == nil:
-			begun := func(ctx context.Context, started time.Time) error {
-				return opener{l.st}.writeHistory(ctx, l.st.db, h.lock, h.token, p, started)
-			}
-			return won{h: h, token: h.token, sent: sent, delay: delay, p: p, begun: begun}, nil
+			return won{h: h, token: h.token, sent: sent, delay: delay, p: p}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
 		case try:
@@ -98,15 +95,20 @@ func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, err
 // take takes the lease if the election is free, or returns ErrHeld or
 // errYield.
 //
-// While the lease is held that is one plain read (openTerm's first
-// statement): waiters take no row locks.
+// While the lease is held that is one plain read (termStart.read):
+// waiters take no row locks.
 func (h *leaseHold) take(ctx context.Context) (time.Duration, predecessor, error) {
-	token, delay, p, err := opener{h.st}.openTerm(ctx, h.st.db, h.lock, h.id)
+	token, delay, p, err := termStart{h.st, h.lock, h.id}.open(ctx, h.st.db)
 	if err != nil {
 		return 0, p, err
 	}
 	h.token = token
 	return delay, p, nil
+}
+
+// begin writes the term's history once it has begun.
+func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor) error {
+	return termStart{h.st, h.lock, h.id}.writeHistory(ctx, h.st.db, h.token, p, started)
 }
 
 // renew extends the lease in one statement. It fails only when the record

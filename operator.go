@@ -45,7 +45,7 @@ func (o *Operator) Leader(ctx context.Context) (Record, error) { return o.st.lea
 // current term's, or the last one's; 0 before the first term. A Fence uses
 // it (Fence.Issued) to refuse tokens no term holds.
 func (o *Operator) Token(ctx context.Context) (uint64, error) {
-	lock, err := o.st.lockName(ctx)
+	lock, err := o.st.resolveLock(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -55,7 +55,7 @@ func (o *Operator) Token(ctx context.Context) (uint64, error) {
 // History returns the election's last terms, newest first, at most limit
 // (all that are kept if limit <= 0).
 func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error) {
-	lock, err := o.st.lockName(ctx)
+	lock, err := o.st.resolveLock(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error)
 // their rows and liveness show them. Rows of dead candidates are listed (Alive
 // false) until a campaigning candidate cleans them up.
 func (o *Operator) Candidates(ctx context.Context) ([]Candidate, error) {
-	lock, err := o.st.lockName(ctx)
+	lock, err := o.st.resolveLock(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func Elections(ctx context.Context, db *sql.DB, prefix string) ([]Record, error)
 // at least the server's clock in microseconds (see Term.Token), unless that
 // clock was set back.
 func (o *Operator) Remove(ctx context.Context) error {
-	lock, err := o.st.lockName(ctx)
+	lock, err := o.st.resolveLock(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (o *Operator) Handover(ctx context.Context, identity string) (killed bool, 
 		// (trailing spaces).
 		return false, fmt.Errorf("%w: %w", ErrNotCandidate, err)
 	}
-	lock, err := o.st.lockName(ctx)
+	lock, err := o.st.resolveLock(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -163,7 +163,7 @@ func (o *Operator) Handover(ctx context.Context, identity string) (killed bool, 
 // then watches the record until its term has ended, killing it once it is
 // overdue.
 func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
-	lock, err := o.st.lockName(ctx)
+	lock, err := o.st.resolveLock(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -269,9 +269,10 @@ func serverError(err error, numbers ...uint16) bool {
 // First use: before its first campaign a candidate learns the election's
 // lock name, the server, and its strategy, and makes sure of the tables.
 
-// lockName returns the election's lock name, the key of all its rows. It
-// needs no privilege beyond connecting: readers create no tables.
-func (s *store) lockName(ctx context.Context) (string, error) {
+// resolveLock returns the election's lock name, the key of all its rows,
+// learnt once from the DSN's database (lockName). It needs no privilege
+// beyond connecting: readers create no tables.
+func (s *store) resolveLock(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	lock := s.lock
 	s.mu.Unlock()
@@ -300,7 +301,7 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	// and never answers must not hold a campaign forever, whatever ctx.
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease+s.cfg.Margin)
 	defer cancel()
-	lock, err := s.lockName(ctx)
+	lock, err := s.resolveLock(ctx)
 	s.mu.Lock()
 	ready := s.ready
 	s.mu.Unlock()

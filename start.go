@@ -16,8 +16,14 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// opener starts terms on one election's rows.
-type opener struct{ *store }
+// termStart is a candidate's start of a term in one election: lock is the
+// election's lock name, session the candidate's (GetLock: its connection
+// id; LeaseRow: a random id), which the record names while it leads.
+type termStart struct {
+	st      *store
+	lock    string
+	session uint64
+}
 
 // predecessor is the last term as a new one finds it: the record, read
 // with the server's clock, which the next token must reach (see claim).
@@ -33,24 +39,23 @@ type predecessor struct {
 // start; the start is tried again.
 var errRaced = errors.New("election: the record changed while the term started")
 
-// openTerm starts a term through q, for the candidate whose session
-// (GetLock: its connection id; LeaseRow: a random id) is given, in two
-// statements: a read of the record, which decides (succeed) whether the
-// term may start and after what lock-delay; then the claim of the record, a
-// compare-and-set on that read, which bumps the epoch in the same
-// statement: its new value is the token. (The first term of an election,
+// open starts the term through q in two statements: a read of the record
+// (read), from which decide tells whether the term may start and after
+// what lock-delay; then the claim of the record, a compare-and-set on that
+// read, which bumps the epoch in the same statement: its new value is the
+// token. (The first term of an election,
 // which has no rows yet, claims and bumps in two statements.) The history
 // is written afterwards (writeHistory), off the path to the caller. A claim
 // that loses a race is tried again once.
-func (s opener) openTerm(ctx context.Context, q querier, lock string, session uint64) (token uint64, delay time.Duration, p predecessor, err error) {
+func (s termStart) open(ctx context.Context, q querier) (token uint64, delay time.Duration, p predecessor, err error) {
 	for try := 0; ; try++ {
-		if p, err = s.predecessor(ctx, q, lock); err != nil {
+		if p, err = s.read(ctx, q); err != nil {
 			return 0, 0, p, err
 		}
-		if delay, err = s.succeed(p); err != nil {
+		if delay, err = s.decide(p); err != nil {
 			return 0, 0, p, err
 		}
-		token, err = s.claim(ctx, q, lock, session, p, delay)
+		token, err = s.claim(ctx, q, p, delay)
 		if conflict(err) { // the claim's transaction lost to another's
 			err = errRaced
 		}
@@ -70,10 +75,10 @@ func (s opener) openTerm(ctx context.Context, q querier, lock string, session ui
 // unclaim gives up a claim whose term did not start (its bump failed), so
 // that the next candidate need not wait for it to go stale; nothing was
 // handed out under it. Best effort: the session may be gone.
-func (s opener) unclaim(ctx context.Context, q querier, lock string, session, claimed uint64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
+func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.st.cfg.Interval)
 	defer cancel()
-	s.endRecord(ctx, q, lock, claimed, ending{stateLost, time.Now()}, text(" AND conn_id = ?", session))
+	s.st.endRecord(ctx, q, s.lock, claimed, ending{stateLost, time.Now()}, text(" AND conn_id = ?", s.session))
 }
 
 // predecessor reads the last term from the record, and the server's clock,
@@ -83,14 +88,14 @@ func (s opener) unclaim(ctx context.Context, q querier, lock string, session, cl
 // 3057 (TestFirstTermOfANewElection, on TiDB), and so does MySQL 5.7+ by
 // its source (sql/item_func.cc: a NULL or empty user lock name is
 // ER_USER_LOCK_WRONG_NAME; read, not tested here); MariaDB returns NULL.
-func (s opener) predecessor(ctx context.Context, q querier, lock string) (predecessor, error) {
+func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 	var p predecessor
 	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, "+recordColumns("?")+", "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.delay_until), COALESCE("+s.handingOver("r")+", FALSE) "+
-		"FROM (SELECT 1) d LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ?", lock, lock)).
+		"FROM (SELECT 1) d LEFT JOIN `"+s.st.tbl.record+"` r ON r.lock_name = ?", s.lock, s.lock)).
 		Scan(append(append([]any{&p.nowUS, &p.exists}, p.rec.fields()...), &p.delayLeftUS, &p.handing)...)
 	if err != nil {
-		return p, during("reading the record", schemaError(s.tbl, err))
+		return p, during("reading the record", schemaError(s.st.tbl, err))
 	}
 	return p, nil
 }
@@ -98,27 +103,12 @@ func (s opener) predecessor(ctx context.Context, q querier, lock string) (predec
 // now is the server's clock at the read.
 func (p predecessor) now() time.Time { return time.UnixMicro(int64(p.nowUS)).UTC() }
 
-// leaderless is how long the election had no leader when this read was
-// made, at most: since p's last sign of life (its recorded end, else its
-// last renewal: a leader that crashed died after it), on the database
-// clock. ok is false for an election's first term.
-func (p predecessor) leaderless() (d time.Duration, ok bool) {
-	if !p.exists {
-		return 0, false
-	}
-	seen := p.rec.Ended // its last sign of life: its recorded end, else its last renewal
-	if seen.IsZero() {
-		seen = p.rec.Renewed
-	}
-	return max(p.now().Sub(seen), 0), true
-}
-
 // handingOver is true, on the record as r, while a hand-over to another
 // live candidate than this one is pending.
-func (s opener) handingOver(r string) string {
+func (s termStart) handingOver(r string) string {
 	return text(r+".handover_to IS NOT NULL AND "+r+".handover_to <> ? AND "+r+".handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
-		"SELECT 1 FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = "+r+".lock_name AND c.identity = "+r+".handover_to "+
-		"AND "+alive("c")+")", s.cfg.Identity)
+		"SELECT 1 FROM `"+s.st.tbl.candidate+"` c WHERE c.lock_name = "+r+".lock_name AND c.identity = "+r+".handover_to "+
+		"AND "+alive("c")+")", s.st.cfg.Identity)
 }
 
 // succeed decides whether a new term may follow p, and after what
@@ -135,11 +125,11 @@ func (s opener) handingOver(r string) string {
 //     still running is owed too, whoever owed it first: the term that owed
 //     it may have ended before it was over (it crashed, or its Campaign's
 //     context ended), and ended gracefully, and so owes nothing itself.
-func (s opener) succeed(p predecessor) (time.Duration, error) {
-	_, strategy := s.settled()
+func (s termStart) decide(p predecessor) (time.Duration, error) {
+	_, strategy := s.st.settled()
 	switch acting := p.rec.Leading(); {
 	case acting && p.rec.Strategy != strategy.String():
-		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.name, p.rec.Strategy)
+		return 0, fmt.Errorf("%w: election %q is led under strategy %s; every candidate must use the same (Config.Strategy)", ErrStrategy, s.st.name, p.rec.Strategy)
 	case acting && strategy == LeaseRow:
 		return 0, ErrHeld
 	case p.handing:
@@ -165,22 +155,22 @@ func (s opener) succeed(p predecessor) (time.Duration, error) {
 // failover that takes longer than the two servers' clocks differ leaves
 // them all below the replica's clock (docs/protocol.md, "Replicas and a
 // failover of the database").
-func (s opener) claim(ctx context.Context, q querier, lock string, session uint64, p predecessor, delay time.Duration) (uint64, error) {
+func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay time.Duration) (uint64, error) {
 	host, _ := os.Hostname()
-	_, strategy := s.settled()
+	_, strategy := s.st.settled()
 	claimed := max(p.rec.Token+1, p.nowUS)
-	values := []any{s.name, strategy.String(), claimed, s.cfg.Identity, host, os.Getpid(), session, (s.cfg.Lease + s.cfg.Margin).Microseconds()}
+	values := []any{s.st.name, strategy.String(), claimed, s.st.cfg.Identity, host, os.Getpid(), s.session, (s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()}
 	if !p.exists {
-		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.record+"` "+
+		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.st.tbl.record+"` "+
 			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at) "+
-			"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", append([]any{lock, values[0], values[1], stateLeading}, values[2:]...)...))
+			"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", append([]any{s.lock, values[0], values[1], stateLeading}, values[2:]...)...))
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
 			return 0, errRaced
 		}
 		if err != nil {
-			return 0, during("writing the record", schemaError(s.tbl, err))
+			return 0, during("writing the record", schemaError(s.st.tbl, err))
 		}
-		return s.bump(ctx, q, lock, session, claimed)
+		return s.bump(ctx, q, claimed)
 	}
 	delayUntil := "NULL"
 	if delay > 0 {
@@ -189,7 +179,7 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 	// The bump's value depends on no column this statement assigns: a
 	// multi-table UPDATE may make its assignments in any order.
 	set := func(join string) string {
-		return text("UPDATE `"+s.tbl.record+"` r "+join+" SET r.name = ?, r.strategy = ?, r.epoch = ?, r.state = "+literal(stateLeading)+", "+
+		return text("UPDATE `"+s.st.tbl.record+"` r "+join+" SET r.name = ?, r.strategy = ?, r.epoch = ?, r.state = "+literal(stateLeading)+", "+
 			"r.holder = ?, r.host = ?, r.pid = ?, r.conn_id = ?, r.lease_us = ?, r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), "+
 			"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = "+delayUntil, values...)
 	}
@@ -200,11 +190,11 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 		demoteAt = p.rec.demoteAt.Int64
 	}
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ? AND "+utcMicros("r.renewed_at")+" = ? AND "+utcMicros("r.demote_at")+" <=> ? AND NOT (",
-		lock, p.rec.Token, p.rec.State, p.rec.Renewed.UnixMicro(), demoteAt) + s.handingOver("r") + ")"
-	res, err := q.ExecContext(ctx, set("JOIN `"+s.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
+		s.lock, p.rec.Token, p.rec.State, p.rec.Renewed.UnixMicro(), demoteAt) + s.handingOver("r") + ")"
+	res, err := q.ExecContext(ctx, set("JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
 		text(", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, ?))", claimed)+where)
 	if err != nil {
-		return 0, during("starting the term", schemaError(s.tbl, err))
+		return 0, during("starting the term", schemaError(s.st.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 2 {
 		id, err := res.LastInsertId()
@@ -216,25 +206,25 @@ func (s opener) claim(ctx context.Context, q querier, lock string, session uint6
 		if err != nil {
 			return 0, fmt.Errorf("election: starting the term: %w", err)
 		}
-		return s.follow(ctx, q, lock, session, claimed, uint64(id))
+		return s.follow(ctx, q, claimed, uint64(id))
 	}
 	// Lost a race, or there is no epoch row: the claim alone tells which.
 	res, err = q.ExecContext(ctx, set("")+where)
 	if err != nil {
-		return 0, during("writing the record", schemaError(s.tbl, err))
+		return 0, during("writing the record", schemaError(s.st.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return 0, errRaced
 	}
-	return s.bump(ctx, q, lock, session, claimed)
+	return s.bump(ctx, q, claimed)
 }
 
 // bump bumps the epoch after a claim made in a statement of its own; one
 // that fails gives the claim up.
-func (s opener) bump(ctx context.Context, q querier, lock string, session, claimed uint64) (uint64, error) {
-	token, err := s.bumpEpoch(ctx, q, lock, session, claimed)
+func (s termStart) bump(ctx context.Context, q querier, claimed uint64) (uint64, error) {
+	token, err := s.bumpEpoch(ctx, q, claimed)
 	if err != nil {
-		s.unclaim(ctx, q, lock, session, claimed)
+		s.unclaim(ctx, q, claimed)
 	}
 	return token, err
 }
@@ -247,12 +237,12 @@ func (s opener) bump(ctx context.Context, q querier, lock string, session, claim
 // hands the new epoch back in the OK packet, with no second round trip; a
 // first insert reports 0: claimed. Should the epoch have been ahead of the
 // record, the record follows it.
-func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, claimed uint64) (uint64, error) {
-	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.tbl.epoch+"` (lock_name, epoch) "+
-		"SELECT r.lock_name, r.epoch FROM `"+s.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
-		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.tbl.epoch+"`.epoch + 1, ?))", lock, claimed, session, claimed))
+func (s termStart) bumpEpoch(ctx context.Context, q querier, claimed uint64) (uint64, error) {
+	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.st.tbl.epoch+"` (lock_name, epoch) "+
+		"SELECT r.lock_name, r.epoch FROM `"+s.st.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.st.tbl.epoch+"`.epoch + 1, ?))", s.lock, claimed, s.session, claimed))
 	if err != nil {
-		return 0, during("bumping the epoch", schemaError(s.tbl, err))
+		return 0, during("bumping the epoch", schemaError(s.st.tbl, err))
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
@@ -269,18 +259,18 @@ func (s opener) bumpEpoch(ctx context.Context, q querier, lock string, session, 
 	case 1:
 		token = claimed // a first insert
 	}
-	return s.follow(ctx, q, lock, session, claimed, token)
+	return s.follow(ctx, q, claimed, token)
 }
 
 // follow moves the record of a claim at claimed to token, the epoch the
 // bump gave, should the epoch have been ahead of the record.
-func (s opener) follow(ctx context.Context, q querier, lock string, session, claimed, token uint64) (uint64, error) {
+func (s termStart) follow(ctx context.Context, q querier, claimed, token uint64) (uint64, error) {
 	if token == claimed {
 		return token, nil
 	}
-	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, lock, claimed, session))
+	res, err := q.ExecContext(ctx, text("UPDATE `"+s.st.tbl.record+"` SET epoch = ? WHERE lock_name = ? AND epoch = ? AND conn_id = ?", token, s.lock, claimed, s.session))
 	if err != nil {
-		return 0, during("writing the record", schemaError(s.tbl, err))
+		return 0, during("writing the record", schemaError(s.st.tbl, err))
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return 0, errRaced
@@ -302,26 +292,22 @@ func (s opener) follow(ctx context.Context, q querier, lock string, session, cla
 // an interval, so that the term's first keepalive is not late. The term's
 // row starts when the claim had returned (started), before the leader's
 // code ran, however late the row is written.
-func (s opener) writeHistory(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+func (s termStart) writeHistory(ctx context.Context, q querier, token uint64, p predecessor, started time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, s.st.cfg.Interval)
 	defer cancel()
-	prune := s.pruneDue()
+	prune := s.st.pruneDue()
 	return onConn(ctx, q, func(q querier) error {
-		err := s.history(ctx, q, lock, token, p, started, prune)
+		err := s.history(ctx, q, token, p, started, prune)
 		if conflict(err) { // a late writer's statement met ours: once more
-			err = s.history(ctx, q, lock, token, p, started, prune)
+			err = s.history(ctx, q, token, p, started, prune)
 		}
 		return err
 	})
 }
 
-// serverName names the server a statement runs on, as TermRecord.Server
-// shows it.
-const serverName = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
-
 // history makes writeHistory's statements; prune trims the history to
 // HistoryLimit terms.
-func (s opener) history(ctx context.Context, q querier, lock string, token uint64, p predecessor, started time.Time, prune bool) error {
+func (s termStart) history(ctx context.Context, q querier, token uint64, p predecessor, started time.Time, prune bool) error {
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there.
 		var reason any
@@ -329,28 +315,28 @@ func (s opener) history(ctx context.Context, q querier, lock string, token uint6
 			reason = p.rec.State
 		}
 		ended := p.rec.lastActed(p.now()).UnixMicro()
-		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
+		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.st.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
 			"VALUES (?, ?, ?, ?, ?, "+atMicros+", IF(? IS NULL, NULL, "+atMicros+"), ?)",
-			lock, p.rec.Token, p.rec.Identity, p.rec.Host, p.rec.PID, p.rec.Since.UnixMicro(), reason, ended, reason)); err != nil {
-			return during("writing the history", schemaError(s.tbl, err))
+			s.lock, p.rec.Token, p.rec.Identity, p.rec.Host, p.rec.PID, p.rec.Since.UnixMicro(), reason, ended, reason)); err != nil {
+			return during("writing the history", schemaError(s.st.tbl, err))
 		}
-		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.term+"` SET ended_at = IF(epoch = ?, "+atMicros+", "+atMicros+"), "+
+		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.st.tbl.term+"` SET ended_at = IF(epoch = ?, "+atMicros+", "+atMicros+"), "+
 			"reason = IF(epoch = ?, COALESCE(?, ?), ?) WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL",
-			p.rec.Token, ended, p.rec.Since.UnixMicro(), p.rec.Token, reason, stateLost, stateLost, lock, token)); err != nil {
-			return during("closing the last term", schemaError(s.tbl, err))
+			p.rec.Token, ended, p.rec.Since.UnixMicro(), p.rec.Token, reason, stateLost, stateLost, s.lock, token)); err != nil {
+			return during("closing the last term", schemaError(s.st.tbl, err))
 		}
 	}
 	host, _ := os.Hostname()
-	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.tbl.term+"` (lock_name, epoch, holder, host, pid, server, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, "+serverName+", "+timeAgo+")", lock, token, s.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
-		return during("writing the history", schemaError(s.tbl, err))
+	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.st.tbl.term+"` (lock_name, epoch, holder, host, pid, server, started_at) "+
+		"VALUES (?, ?, ?, ?, ?, "+serverName+", "+timeAgo+")", s.lock, token, s.st.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
+		return during("writing the history", schemaError(s.st.tbl, err))
 	}
 	if prune {
 		// The derived table is materialised (it has a LIMIT), so MySQL lets
 		// the DELETE read the table it deletes from.
-		if _, err := q.ExecContext(ctx, text("DELETE FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch < (SELECT epoch FROM ("+
-			"SELECT epoch FROM `"+s.tbl.term+"` WHERE lock_name = ? ORDER BY epoch DESC LIMIT 1 OFFSET ?) k)", lock, lock, s.cfg.HistoryLimit-1)); err != nil {
-			return during("pruning the history", schemaError(s.tbl, err))
+		if _, err := q.ExecContext(ctx, text("DELETE FROM `"+s.st.tbl.term+"` WHERE lock_name = ? AND epoch < (SELECT epoch FROM ("+
+			"SELECT epoch FROM `"+s.st.tbl.term+"` WHERE lock_name = ? ORDER BY epoch DESC LIMIT 1 OFFSET ?) k)", s.lock, s.lock, s.st.cfg.HistoryLimit-1)); err != nil {
+			return during("pruning the history", schemaError(s.st.tbl, err))
 		}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package election
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -83,4 +85,31 @@ func plain(s string) bool {
 		}
 	}
 	return true
+}
+
+// utcMicros reads a DATETIME(6) column written in UTC as microseconds since
+// the Unix epoch, so that no DSN setting (parseTime, loc) changes it.
+func utcMicros(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+}
+
+// atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
+// the Unix epoch: the inverse of utcMicros.
+const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
+
+// ageMicros is how long ago col was, on the database clock.
+func ageMicros(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + col + ", UTC_TIMESTAMP(6))"
+}
+
+// serverName names the server a statement runs on, as TermRecord.Server
+// shows it.
+const serverName = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
+
+// drop closes a session for good. Conn.Close would return it to the pool
+// with whatever it has (the short wait_timeout); driver.ErrBadConn from Raw
+// makes database/sql close the underlying connection instead.
+func drop(conn *sql.Conn) {
+	conn.Raw(func(any) error { return driver.ErrBadConn })
+	conn.Close()
 }

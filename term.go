@@ -14,6 +14,11 @@ var errTransient = errors.New("transient")
 
 // holder is a strategy's hold on a won election, as a Term drives it.
 type holder interface {
+	// begin is what the term does once it has begun, off the path to the
+	// caller (the keepalive loop runs it first): it writes the history,
+	// with the moment the term started, of the term and the predecessor it
+	// followed.
+	begin(ctx context.Context, started time.Time, p predecessor) error
 	// renew confirms, within ctx, that the hold is still ours and extends it.
 	// An error wrapping errTransient leaves the term to its lease.
 	renew(ctx context.Context) error
@@ -33,10 +38,6 @@ type won struct {
 	sent  time.Time     // when the statement that won was sent: the lease counts from there
 	delay time.Duration // the lock-delay owed to a predecessor that was killed
 	p     predecessor   // the last term, as the start read it
-	// begun is what the term does once it has begun, off the path to the
-	// caller (the keepalive loop runs it first): it writes the history,
-	// with the moment the term started.
-	begun func(ctx context.Context, started time.Time) error
 }
 
 // Term is one period of leadership: it starts when Campaign returns and ends
@@ -55,8 +56,8 @@ type Term struct {
 	start time.Time // local, when the term began
 	onEnd func()    // called once the hold is gone for sure
 
-	begun func(ctx context.Context, started time.Time) error // see won
-	kept  keptSession                                        // for Fenced; dropped when the keepalive loop ends
+	p    predecessor // the last term, as the start read it, for begin
+	kept keptSession // for Fenced; dropped when the keepalive loop ends
 
 	parent context.Context // the campaign's: its end is a resignation
 	ctx    context.Context
@@ -75,7 +76,7 @@ type Term struct {
 func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, begun: w.begun, kept: keptSession{st: st},
+		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, p: w.p, kept: keptSession{st: st},
 		log:    log.With("token", w.token),
 		parent: parent, ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
@@ -90,6 +91,21 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 	}
 	go t.keep()
 	return t
+}
+
+// leaderless is how long the election had no leader when this read was
+// made, at most: since p's last sign of life (its recorded end, else its
+// last renewal: a leader that crashed died after it), on the database
+// clock. ok is false for an election's first term.
+func (p predecessor) leaderless() (d time.Duration, ok bool) {
+	if !p.exists {
+		return 0, false
+	}
+	seen := p.rec.Ended // its last sign of life: its recorded end, else its last renewal
+	if seen.IsZero() {
+		seen = p.rec.Renewed
+	}
+	return max(p.now().Sub(seen), 0), true
 }
 
 // Token returns the term's fencing token: the election's epoch for this
@@ -200,14 +216,14 @@ func (t *Term) keep() {
 	t.finish()
 }
 
-// begin runs the term's begun, bounded by the lease as a keepalive is. A
+// begin runs the hold's begin, bounded by the lease as a keepalive is. A
 // failure is logged: the history serves operators, and the successor's
 // start writes a row that is missing; a session that failed fails the next
 // keepalive.
 func (t *Term) begin() {
 	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
 	defer cancel()
-	if err := t.begun(ctx, t.start); err != nil {
+	if err := t.h.begin(ctx, t.start, t.p); err != nil {
 		t.log.Warn("could not complete the term's start", "err", err)
 	}
 }

@@ -91,7 +91,7 @@ func (w *watcher) send(ctx context.Context, ev Event) error {
 
 // poll reads the record and the history once and sends what changed.
 func (w *watcher) poll(ctx context.Context) error {
-	lock, err := w.st.lockName(ctx)
+	lock, err := w.st.resolveLock(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 /*
- * A model of the election protocol for SPIN: docs/protocol.md, "The model",
+ * A model of the election protocol for SPIN: docs/verification.md, "The model",
  * says what it abstracts and how scripts/spin.sh checks it.
  *
  * Two candidates; the server: its lock table and sessions (wait_timeout,
@@ -30,7 +30,7 @@
  *                     carried over in the record until it ends
  *
  * LOCKDELAY_PROMISE makes P3 stronger (below): the carried lock-delay is
- * what it needs (docs/protocol.md, "The model").
+ * what it needs (docs/verification.md, "The model").
  *
  * Properties (assertions):
  *   P1 a bump issues a token above every token issued before, on either server;
@@ -180,7 +180,7 @@ hidden byte tmp;
 #define ALIVE(c) 1
 #define HOLDS 1
 #endif
-/* opener.handingOver */
+/* termStart.handingOver */
 #define HANDING(c) (handover && hto != c && ALIVE(hto))
 
 /* A session ends: the server frees its locks; a statement blocked in it fails. */
@@ -212,7 +212,7 @@ inline renew_eval(c, age) {
 }
 
 /*
- * The bump's value (opener.claim): GREATEST(epoch + 1, claimed, the
+ * The bump's value (termStart.claim): GREATEST(epoch + 1, claimed, the
  * server's clock in microseconds), tokens kept by their order. On the old
  * primary a token is its clock at the bump (one bump per tick, the clock's
  * resolution), so they are ordered as the terms; the replica's first bump is
@@ -244,8 +244,8 @@ inline renew_eval(c, age) {
 #endif
 
 /*
- * opener.openTerm: the read (opener.predecessor), opener.succeed's decision
- * and lock-delay, and the claim with the bump (opener.claim, a compare-and-
+ * termStart.open: the read (termStart.read), termStart.decide's decision
+ * and lock-delay, and the claim with the bump (termStart.claim, a compare-and-
  * set on that read, and its follow-up), as one step; it waits while a fenced
  * transaction holds the epoch row. The lease runs from `sent`
  * (getLock.acquire, leaseRow.acquire; newTerm), dl ticks longer on a slow
@@ -349,14 +349,14 @@ proctype Cand(byte me) {
 		printf("c%d gets the lock\n", me) }
 	/* the session is gone: GET_LOCK or the start fails (ErrSessionLost); Run retries */
 	:: d_step { (cst[me] == WAIT || cst[me] == START) && sess[me] == DEAD -> cst[me] = OFF; sent_age[me] = 0 }
-	/* opener.succeed returns errYield: pinned.yield */
+	/* termStart.decide returns errYield: pinned.yield */
 	:: d_step { cst[me] == START && sess[me] == IDLE && srv != DOWN && HANDING(me) ->
 		lockh = NONE; sess[me] = BUSY; idle[me] = 0; cst[me] = WAIT; sent_age[me] = 0;
 		printf("c%d yields to the hand-over\n", me) }
 #else
 	/* leaseRow.acquire: a try, `sent` taken before it */
 	:: d_step { cst[me] == WAIT -> cst[me] = START; sent_age[me] = 0 }
-	/* opener.succeed: ErrHeld, errYield */
+	/* termStart.decide: ErrHeld, errYield */
 	:: d_step { cst[me] == START && srv != DOWN &&
 		(rstate == LEADING && renew_age < STALE && !(demoted && demote_age >= DSTALE) || HANDING(me)) ->
 		cst[me] = WAIT; sent_age[me] = 0 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Checks the SPIN model of the protocol (model/election.pml; docs/protocol.md,
-# "The model"): the model, in each configuration, must hold (no assertion
-# violated, the search complete); each variant, which removes one rule of the
-# safety argument, must give a counterexample. One line per run: kind, name,
+# Checks the SPIN model of the protocol (model/election.pml;
+# docs/verification.md, "The model"): the model, in each configuration, must
+# hold (no assertion violated, the search complete); each variant, which
+# removes one rule of the safety argument, must give a counterexample. One line per run: kind, name,
 # result, states stored, seconds. Exits non-zero if any run is not as
 # expected. Installs spin (the Debian package) if it is missing.
 set -euo pipefail
@@ -24,8 +24,8 @@ trap 'rm -rf "$work"' EXIT
 # kind, name, what is expected (hold, fail), -D flags. A model run checks the
 # protocol as implemented with some of the environment's features (they do not
 # all fit in one run); a variant removes a rule; a finding is a limit the
-# model found that the configuration must respect (docs/protocol.md, "The
-# model"): outside it, a counterexample.
+# model found that the configuration must respect (docs/verification.md,
+# "The model"): outside it, a counterexample.
 runs=(
   "model|getlock, 2 terms, every feature|hold|-DSTUCK -DDEMOTE -DEXTKILL -DFENCED -DDOWNSTREAM -DFAILOVER -DMAXTERMS=2"
   "model|getlock, 3 terms, no failover|hold|-DSTUCK -DDEMOTE -DEXTKILL -DFENCED"
@@ -58,7 +58,7 @@ runs=(
   "finding|getlock lock-delay carried over, S = DRIFT|fail|-DS=1 -DLOCKDELAY_PROMISE -DDEMOTE -DEXTKILL"
 )
 
-echo "spin $(spin -V | awk '{print $3}'): $(basename "$model"), L=2 S=2 DRIFT=1 K=1 ticks unless said (docs/protocol.md, \"The model\")"
+echo "spin $(spin -V | awk '{print $3}'): $(basename "$model"), L=2 S=2 DRIFT=1 K=1 ticks unless said (docs/verification.md, \"The model\")"
 bad=0
 ms() { echo $(($(date +%s%N) / 1000000)); }
 start=$(ms)
