@@ -127,7 +127,7 @@ func (e *Elector) acquire(ctx context.Context, try bool) (won, error) {
 		case LeaseRow:
 			e.side = newLeaseRow(e.st, e.log)
 		case GetLock:
-			e.side = &getLock{st: e.st, server: server, log: e.log, kills: &e.stats.kills, killsDenied: &e.stats.killsDenied}
+			e.side = &getLock{st: e.st, server: server, log: e.log}
 		default:
 			panic(fmt.Sprintf("election: strategy %v not settled by prepare", strategy))
 		}
@@ -137,6 +137,30 @@ func (e *Elector) acquire(ctx context.Context, try bool) (won, error) {
 
 // counters back Stats.
 type counters struct{ terms, kills, killsDenied atomic.Uint64 }
+
+// observing returns the Observer the Elector reports to: it counts what
+// Stats shows, from the same events, and passes every event on to user's.
+func (c *counters) observing(user *Observer) *Observer {
+	o := *user
+	started, killed := o.TermStarted, o.Killed
+	o.TermStarted = func(election, identity string, token uint64) {
+		c.terms.Add(1)
+		if started != nil {
+			started(election, identity, token)
+		}
+	}
+	o.Killed = func(election, reason string, err error) {
+		if err == nil {
+			c.kills.Add(1)
+		} else {
+			c.killsDenied.Add(1)
+		}
+		if killed != nil {
+			killed(election, reason, err)
+		}
+	}
+	return &o
+}
 
 // Stats counts what an Elector has done since New.
 type Stats struct {
@@ -167,7 +191,10 @@ func New(db *sql.DB, name string, cfg Config) (*Elector, error) {
 	if n := db.Stats().MaxOpenConnections; n == 1 {
 		return nil, fmt.Errorf("%w: db allows only one open connection, which the candidate pins, so fenced transactions would wait forever: call db.SetMaxOpenConns(2) or more", ErrInvalidConfig)
 	}
-	return &Elector{st: newStore(db, name, cfg), log: cfg.Logger.With("election", name, "identity", cfg.Identity)}, nil
+	e := &Elector{log: cfg.Logger.With("election", name, "identity", cfg.Identity)}
+	cfg.Observer = e.stats.observing(cfg.Observer)
+	e.st = newStore(db, name, cfg)
+	return e, nil
 }
 
 // Name returns the election's name.
@@ -216,7 +243,6 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 		return nil, refusal(err) // whichever statement opened the refused session
 	}
 	failpoint.Hit(waitCtx, failpoint.Claimed)
-	e.stats.terms.Add(1)
 	t := newTerm(e.st, e.log, w, termCtx, func() { e.vacate(n) })
 	if err := t.waitLockDelay(waitCtx, w.delay); err != nil {
 		return nil, err // the term ended early; its keeper vacated the Elector

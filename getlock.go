@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -29,7 +28,6 @@ type getLock struct {
 	st                 *store
 	server             platform
 	log                *slog.Logger
-	kills, killsDenied *atomic.Uint64 // the Elector's Stats
 	limit              readLimit
 }
 
@@ -271,13 +269,7 @@ func (s *pinned) contend(ctx context.Context) error {
 	}
 	s.g.log.Debug("the leader is overdue; killing its session", "reason", why, "leader", rec.Identity, "token", rec.Token,
 		"renewed_ago", rec.RenewedAgo.String(), "expiry", rec.Expiry.String())
-	err = st.kill(ctx, s.conn, s.lock, rec, why, s.g.log, func(err error) {
-		if err == nil {
-			s.g.kills.Add(1)
-		} else {
-			s.g.killsDenied.Add(1)
-		}
-	})
+	err = st.kill(ctx, s.conn, s.lock, rec, why, s.g.log)
 	if errors.Is(err, ErrKillDenied) {
 		// Never take over without the kill: keep waiting, and say why.
 		s.g.log.Error("cannot end a stuck leader's session", "err", err, "holder", rec.Identity, "conn_id", rec.ConnID)

@@ -191,10 +191,10 @@ func (r Record) lastActed(now time.Time) time.Time {
 // stuck or disobedient, and records why. rec must come from a read that
 // cross-checked the lock owner with IS_USED_LOCK (its callers,
 // pinned.contend and Operator.demote, read it so); no other session id is
-// ever killed. counted, if not nil, learns the outcome first: nil for a
-// kill, or the refusal. A refused kill returns ErrKillDenied with the grant
-// to give.
-func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, why string, log *slog.Logger, counted func(error)) error {
+// ever killed. The Observer learns the outcome (Killed), which the
+// Elector's Stats count. A refused kill returns ErrKillDenied with the
+// grant to give.
+func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, why string, log *slog.Logger) error {
 	if _, err := q.ExecContext(ctx, text("KILL CONNECTION ?", rec.ConnID)); err != nil {
 		var me *mysql.MySQLError
 		switch {
@@ -207,17 +207,11 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 				"(MySQL 8), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate as the same user "+
 				"(the only fix on Amazon RDS and Aurora, which end other users' sessions through CALL mysql.rds_kill alone)",
 				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
-			if counted != nil {
-				counted(err)
-			}
 			s.cfg.Observer.killed(s.name, why, err)
 			return err
 		default:
 			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
 		}
-	}
-	if counted != nil {
-		counted(nil)
 	}
 	s.cfg.Observer.killed(s.name, why, nil)
 	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)

@@ -196,7 +196,7 @@ func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
 			return false, nil // the term has ended
 		}
 		if why := cur.overdue(); why != "" {
-			return true, o.st.kill(ctx, o.st.db, lock, cur, why, o.log, nil)
+			return true, o.st.kill(ctx, o.st.db, lock, cur, why, o.log)
 		}
 	}
 }
