@@ -121,7 +121,7 @@ func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sq
 	txCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(t.ctx, cancel)()
-	s, tx, err := t.beginTx(txCtx, opts)
+	s, tx, err := t.kept.begin(txCtx, opts)
 	if errors.Is(err, errTermOver) {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
@@ -139,7 +139,8 @@ func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sq
 		}
 		t.kept.put(ctx, s, clean)
 	}()
-	session, err := t.check(ctx, tx, lock)
+	f := fencedTxn{t: t, lock: lock, tx: tx}
+	err = f.check(ctx)
 	if err == nil {
 		err = fn(tx)
 	}
@@ -156,12 +157,12 @@ func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sq
 	}
 	if err != nil {
 		clean = tx.Rollback() == nil
-		return t.staleOr(ctx, lock, err)
+		return f.staleOr(ctx, err)
 	}
 	failpoint.Hit(ctx, failpoint.Committing)
-	if err := t.commit(ctx, tx, session); err != nil {
+	if err := f.commit(ctx); err != nil {
 		if rolledBack(err) {
-			return t.staleOr(ctx, lock, fmt.Errorf("election: fenced transaction: committing: %w", err))
+			return f.staleOr(ctx, fmt.Errorf("election: fenced transaction: committing: %w", err))
 		}
 		return fmt.Errorf("election: fenced transaction: committing, with an unknown outcome: %w", err)
 	}
@@ -208,7 +209,8 @@ func rolledBack(err error) bool {
 // read again to tell: on Galera the newer term's bump aborts the
 // transaction with error 1213). Errors of fn's own are returned as they
 // are.
-func (t *Term) staleOr(ctx context.Context, lock string, err error) error {
+func (f fencedTxn) staleOr(ctx context.Context, err error) error {
+	t := f.t
 	var me *mysql.MySQLError
 	switch {
 	case errors.Is(err, ErrFenced):
@@ -222,20 +224,20 @@ func (t *Term) staleOr(ctx context.Context, lock string, err error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.st.cfg.Interval)
 	defer cancel()
-	if current, rerr := t.st.causalEpoch(ctx, lock); rerr == nil && current > t.token {
+	if current, rerr := t.st.causalEpoch(ctx, f.lock); rerr == nil && current > t.token {
 		return &StaleTokenError{Token: t.token, Current: current, Failed: err}
 	}
 	return err
 }
 
-// beginTx starts a transaction on the term's kept session, or, while another
+// begin starts a transaction on the term's kept session, or, while another
 // fenced transaction has it, on a pool session of its own. A kept session
 // that the server dropped while it was idle (past its wait_timeout, or
 // killed) fails at BEGIN, before anything ran: begin drops it and tries
 // once more, on a fresh session.
-func (t *Term) beginTx(ctx context.Context, opts *sql.TxOptions) (*fencedConn, *sql.Tx, error) {
+func (k *keptSession) begin(ctx context.Context, opts *sql.TxOptions) (*fencedConn, *sql.Tx, error) {
 	for retry := true; ; retry = false {
-		s, err := t.kept.take(ctx)
+		s, err := k.take(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -243,7 +245,7 @@ func (t *Term) beginTx(ctx context.Context, opts *sql.TxOptions) (*fencedConn, *
 		if err == nil {
 			return s, tx, nil
 		}
-		t.kept.put(ctx, s, false)
+		k.put(ctx, s, false)
 		if !s.reused || !retry || ctx.Err() != nil || !errors.Is(err, driver.ErrBadConn) && !errors.Is(err, mysql.ErrInvalidConn) {
 			return nil, nil, err // a refused option fails the same way on any session
 		}
@@ -259,9 +261,10 @@ func (t *Term) beginTx(ctx context.Context, opts *sql.TxOptions) (*fencedConn, *
 // unknown outcome. Not where the platform forbids it (killsCommits), nor
 // behind a proxy that reaches another server: the kill checks that it
 // reaches the session's server.
-func (t *Term) commit(ctx context.Context, tx *sql.Tx, s fencedSession) error {
+func (f fencedTxn) commit(ctx context.Context) error {
+	t, s := f.t, f.session
 	if server, _ := t.st.settled(); !server.killsCommits() {
-		return tx.Commit()
+		return f.tx.Commit()
 	}
 	done, watched := make(chan struct{}), make(chan struct{})
 	stop := context.AfterFunc(t.ctx, func() { // no goroutine unless the term ends
@@ -275,7 +278,7 @@ func (t *Term) commit(ctx context.Context, tx *sql.Tx, s fencedSession) error {
 			t.log.Warn("could not kill the session of a COMMIT sent before the term ended", "conn_id", s.id, "err", err)
 		}
 	})
-	err := tx.Commit()
+	err := f.tx.Commit()
 	close(done)
 	if !stop() {
 		<-watched // no kill after Fenced has returned
@@ -311,25 +314,34 @@ func (s *store) killSession(ctx context.Context, fs fencedSession) error {
 	return err
 }
 
+// fencedTxn is one fenced transaction of term t: its transaction, and its
+// server session as check read it.
+type fencedTxn struct {
+	t       *Term
+	lock    string
+	tx      *sql.Tx
+	session fencedSession
+}
+
 // check takes the shared lock on the epoch row and compares it with the
 // token. The same statement reads the session's wait_timeout: fn of an
 // earlier transaction on the kept session may have changed it, and a leader
 // stopped inside this one would then hold the epoch row that long; and who
 // the session is, for commit.
-func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSession, error) {
+func (f *fencedTxn) check(ctx context.Context) error {
+	t, tx, lock := f.t, f.tx, f.lock
 	var (
 		current uint64
 		wait    int64
-		session fencedSession
 	)
 	server, _ := t.st.settled()
 	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
-		Scan(&current, &wait, &session.id, &session.server)
+		Scan(&current, &wait, &f.session.id, &f.session.server)
 	if err != nil {
-		return session, fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
+		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}
 	if current != t.token {
-		return session, &StaleTokenError{Token: t.token, Current: current}
+		return &StaleTokenError{Token: t.token, Current: current}
 	}
 	if server.certifies() {
 		// A multi-primary cluster replicates no locks: a newer term's bump,
@@ -340,16 +352,16 @@ func (t *Term) check(ctx context.Context, tx *sql.Tx, lock string) (fencedSessio
 		// bump applied on this member first aborts it on the row lock.
 		for _, step := range []string{"+ 1", "- 1"} {
 			if _, err := tx.ExecContext(ctx, text("UPDATE `"+t.st.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
-				return session, fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
+				return fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
 			}
 		}
 	}
 	if w := t.st.cfg.waitTimeout(); wait != w {
 		if _, err := tx.ExecContext(ctx, server.setWaitTimeout(w)); err != nil {
-			return session, fmt.Errorf("election: fenced transaction: restoring wait_timeout: %w", err)
+			return fmt.Errorf("election: fenced transaction: restoring wait_timeout: %w", err)
 		}
 	}
-	return session, nil
+	return nil
 }
 
 // errTermOver is keptSession.take's answer once the term has ended.

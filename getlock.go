@@ -25,10 +25,10 @@ import (
 // which its session holds (see candidateLock). See docs/protocol.md,
 // "Campaign".
 type getLock struct {
-	st                 *store
-	server             platform
-	log                *slog.Logger
-	limit              readLimit
+	st     *store
+	server platform
+	log    *slog.Logger
+	limit  readLimit
 }
 
 // queueWait bounds one wait of a candidate queued behind the deputy, the
