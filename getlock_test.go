@@ -261,7 +261,7 @@ func TestDemoteIgnoredLeaderIsKilled(t *testing.T) {
 // owes its lease, and ends before that is over, gracefully (b's Campaign's
 // context ends); the term after it (c's), whose predecessor owes nothing,
 // still does not act before the killed leader's lease has ended (the
-// model's first finding, docs/protocol.md).
+// model's first finding, docs/verification.md, "What the model found").
 func TestLockDelayOutlivesTheTermThatOwedIt(t *testing.T) {
 	needGetLock(t)
 	t.Parallel()

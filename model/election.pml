@@ -314,7 +314,7 @@ inline renew_eval(c, age) {
 #ifdef NO_EPOCH_CHECK
 #define EPOCH_OK 1
 #else
-#define EPOCH_OK (epoch == tokof[term[me]])     /* Term.check */
+#define EPOCH_OK (epoch == tokof[term[me]])     /* fencedTxn.check */
 #endif
 #ifdef COMMIT_AFTER_TERM
 #define COMMIT_OK 1
@@ -429,7 +429,7 @@ proctype Cand(byte me) {
 	:: d_step { cst[me] == LEAD -> printf("c%d's term %d ends, unrecorded\n", me, term[me]); term_over() }
 
 #ifdef FENCED
-	/* Term.Fenced: BEGIN, Term.check (the epoch row LOCK IN SHARE MODE, = token), fn's writes */
+	/* Term.Fenced: BEGIN, fencedTxn.check (the epoch row LOCK IN SHARE MODE, = token), fn's writes */
 	:: d_step { ACTS(me) && ftx == FNONE && srv != DOWN && EPOCH_OK -> ftx = OPEN; fc = me; fterm = term[me];
 		printf("c%d opens a fenced transaction of term %d\n", me, fterm) }
 	/* the COMMIT, sent only while the term lasts (IsLeader) */
