@@ -64,6 +64,22 @@ func TestPicturesAreShown(t *testing.T) {
 
 // TestDrawingIsDeterministic draws each source twice.
 func TestDrawingIsDeterministic(t *testing.T) {
+	eachSource(t, func(file, src string) {
+		a, err := render(file, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := render(file, src)
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s: two drawings differ", file)
+		}
+	})
+}
+
+// eachSource calls f with the name and text of every source in
+// docs/diagrams that draws a picture.
+func eachSource(t *testing.T, f func(file, src string)) {
+	t.Helper()
 	entries, err := os.ReadDir(sources)
 	if err != nil {
 		t.Fatal(err)
@@ -76,14 +92,7 @@ func TestDrawingIsDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := render(e.Name(), string(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := render(e.Name(), string(src))
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s: two drawings differ", e.Name())
-		}
+		f(e.Name(), string(src))
 	}
 }
 
@@ -194,28 +203,17 @@ func rootPackage(t *testing.T) (members map[string]map[string]bool, consts map[s
 func TestSourcesNameWhatTheCodeHas(t *testing.T) {
 	members, consts := rootPackage(t)
 	cited := regexp.MustCompile("`([A-Za-z]+)\\.([A-Za-z]+)`")
-	entries, err := os.ReadDir(sources)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if name, _ := outputName(e.Name()); name == "" {
-			continue
-		}
-		src, err := os.ReadFile(filepath.Join(sources, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range cited.FindAllStringSubmatch(string(src), -1) {
+	eachSource(t, func(file, src string) {
+		for _, m := range cited.FindAllStringSubmatch(src, -1) {
 			typ, member := m[1], m[2]
 			if len(typ) == 1 {
 				continue // a table's alias in SQL: r.epoch
 			}
 			if !members[typ][member] {
-				t.Errorf("docs/diagrams/%s cites %s.%s, which the election package does not declare: update the source and run scripts/diagrams.sh", e.Name(), typ, member)
+				t.Errorf("docs/diagrams/%s cites %s.%s, which the election package does not declare: update the source and run scripts/diagrams.sh", file, typ, member)
 			}
 		}
-	}
+	})
 	var states []string
 	for name, value := range consts {
 		if strings.HasPrefix(name, "state") {
