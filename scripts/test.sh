@@ -42,3 +42,11 @@ if ensure_tidb; then
   echo "the root package's suite against TiDB ($ELECTION_TIDB_SERVER):"
   ELECTION_TEST_SERVER=tidb go test -race -count=1 -timeout 20m "$@" github.com/sqlelect/election
 fi
+# Read-only commands leave a checkout as it was: the suite, and go doc,
+# which once rewrote go.work.sum in a fresh clone.
+go doc github.com/sqlelect/election > /dev/null
+if [ -d .git ] && [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  echo "the suite or go doc changed tracked files:" >&2
+  git status --short --untracked-files=no >&2
+  exit 1
+fi
