@@ -118,7 +118,60 @@ func (o *Operator) Remove(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return o.st.remove(ctx, lock)
+	err = o.removeRows(ctx, lock)
+	if conflict(err) { // a term start's transaction met this one
+		err = fmt.Errorf("%w: a candidate of election %q campaigned while it was being removed: %w", ErrInUse, o.st.name, err)
+	}
+	return err
+}
+
+// removeRows deletes the election's rows in one transaction, once it has
+// seen that no term may act and no candidate campaigns. It locks the
+// record and epoch rows first: a term start, which writes both, waits for the
+// transaction and then finds no record, so it starts the election anew.
+// A candidate that joins meanwhile keeps its row: only rows of candidates
+// that do not campaign are deleted. Repeatable read, whatever the server's
+// default: its gap locks keep a first term's record out meanwhile.
+func (o *Operator) removeRows(ctx context.Context, lock string) error {
+	s := o.st
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return during("removing the election", err)
+	}
+	defer tx.Rollback()
+	for _, t := range []string{s.tbl.record, s.tbl.epoch} {
+		if _, err := tx.ExecContext(ctx, text("SELECT 1 FROM `"+t+"` WHERE lock_name = ? FOR UPDATE", lock)); err != nil {
+			return during("removing the election", schemaError(s.tbl, err))
+		}
+	}
+	r, err := s.record(ctx, tx, lock)
+	switch {
+	case err == nil && (r.Leading() || r.overdue() != ""): // overdue, yet its session holds the lock
+		return fmt.Errorf("%w: %q may still act in term %d of election %q; stop it first", ErrInUse, r.Identity, r.Token, s.name)
+	case err != nil && !errors.Is(err, ErrNoLeader):
+		return during("removing the election", err)
+	}
+	var live int
+	if err := tx.QueryRowContext(ctx, text("SELECT COUNT(*) FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND "+alive("c"), lock)).Scan(&live); err != nil {
+		return during("removing the election", schemaError(s.tbl, err))
+	}
+	if live > 0 {
+		return fmt.Errorf("%w: %d candidates of election %q campaign; stop them first (Candidates lists them)", ErrInUse, live, s.name)
+	}
+	for _, q := range []string{
+		"DELETE FROM `" + s.tbl.term + "` WHERE lock_name = ?",
+		"DELETE c FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = ? AND NOT " + alive("c"),
+		"DELETE FROM `" + s.tbl.epoch + "` WHERE lock_name = ?",
+		"DELETE FROM `" + s.tbl.record + "` WHERE lock_name = ?",
+	} {
+		if _, err := tx.ExecContext(ctx, text(q, lock)); err != nil {
+			return during("removing the election", schemaError(s.tbl, err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return during("removing the election", err)
+	}
+	return nil
 }
 
 // Demote forces a re-election: it asks the current leader to step down,
