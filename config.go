@@ -124,7 +124,8 @@ type Config struct {
 	// mysql.Config (docs/operations.md, "Logs"). The library leaves the driver's
 	// logger, which is process-wide, to you.
 	Logger *slog.Logger
-	// Observer receives events, for metrics. Default: none.
+	// Observer receives events, for metrics. Default: none. New and
+	// NewOperator take its hooks as they are then: set them before.
 	Observer *Observer
 }
 

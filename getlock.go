@@ -278,7 +278,7 @@ func (s *pinned) contend(ctx context.Context) error {
 	return err
 }
 
-// startTerm opens the term in one transaction on the pinned session; see
+// startTerm opens the term in two statements on the pinned session; see
 // termStart.open. GET_LOCK is held, so the election is always free to take.
 func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
 	// Bounded as a lease's try is: the lock is won, but a start sent into a

@@ -119,8 +119,10 @@ type Record struct {
 // unchanged since the read (termStart.claim). TestRecordRule has the table.
 
 // Leading reports whether the term the record names may still act: it is
-// leading, has renewed within its lease plus margin (Expiry, database
-// clock), and holds what its strategy holds the election with (holds).
+// in state leading and has renewed within its lease plus margin (Expiry,
+// on the database clock); under GetLock its recorded session holds the
+// lock (LockConnID), and under LeaseRow it has not ignored a demotion for
+// longer than Expiry.
 func (r Record) Leading() bool {
 	return r.State == stateLeading && !r.stale() && r.holds()
 }
@@ -304,7 +306,7 @@ func recordColumns(owner string) string {
 	return "r.name, r.strategy, r.state, r.epoch, r.holder, r.host, r.pid, r.conn_id, " +
 		utcMicros("r.since") + ", " + utcMicros("r.renewed_at") + ", " + utcMicros("r.ended_at") + ", " +
 		ageMicros("r.renewed_at") + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
-		"r.demote_epoch <=> r.epoch, IF(r.demote_epoch <=> r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to"
+		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to"
 }
 
 // fields returns the scan targets for recordColumns' columns, which fill

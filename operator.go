@@ -179,8 +179,9 @@ func (o *Operator) removeRows(ctx context.Context, lock string) error {
 // under Run, its function returns before the lock is released). If the
 // leader has not stepped down within its lease plus margin, Demote kills its
 // session; the next term then waits until that leader's lease has certainly
-// expired before it starts. Demote returns once the term has ended,
-// reporting whether a kill was needed. Without a leader it returns
+// expired before it starts. Demote returns once the term has ended (or,
+// under LeaseRow, can no longer act: it ignored the demotion past its
+// lease plus margin), reporting whether a kill was needed. Without a leader it returns
 // ErrNoLeader.
 func (o *Operator) Demote(ctx context.Context) (killed bool, err error) {
 	return o.demote(ctx, "")

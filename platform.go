@@ -222,7 +222,7 @@ func (p platform) fenceLock() string {
 func (p platform) certifies() bool { return p.galera || p.multiPrimary }
 
 // killsCommits reports whether a fenced transaction's COMMIT still in
-// flight after its term may be cut by killing its session (Term.commit).
+// flight after its term may be cut by killing its session (fencedTxn.commit).
 // Not on a multi-primary cluster, where the pool may reach another member;
 // not on TiDB, whose build tested here panics, and so ends every session,
 // when a session with uncommitted writes is killed ("Query execution was

@@ -30,6 +30,7 @@ func TestRecordRule(t *testing.T) {
 		lockDelay time.Duration
 		lastActed time.Time
 	}{
+		{"no record", Record{}, false, "", 0, time.Time{}},
 		{"lease renewed", lease(stateLeading, time.Second), true, "", 0, now},
 		{"lease renewed at its expiry", lease(stateLeading, expiry), true, "", 0, now},
 		{"lease stale", lease(stateLeading, expiry+1), false, "", 0, now.Add(-1)},

@@ -81,7 +81,7 @@ func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
 	s.st.endRecord(ctx, q, s.lock, claimed, ending{stateLost, time.Now()}, text(" AND conn_id = ?", s.session))
 }
 
-// predecessor reads the last term from the record, and the server's clock,
+// read reads the last term from the record, and the server's clock,
 // which the next token must reach (see claim); one row even if the
 // election has none yet. The lock is named by value, not by the record's
 // column, which is NULL then: TiDB refuses IS_USED_LOCK(NULL) with error
@@ -111,7 +111,8 @@ func (s termStart) handingOver(r string) string {
 		"AND "+alive("c")+")", s.st.cfg.Identity)
 }
 
-// succeed decides whether a new term may follow p, and after what
+// decide decides, by the record's rule, whether a new term may follow p,
+// and after what
 // lock-delay:
 //   - it refuses (ErrStrategy) while a term of the other strategy still acts;
 //   - under LeaseRow, it returns ErrHeld unless the last term has ended, gone
@@ -139,9 +140,10 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 }
 
 // claim writes the new term's record (requests cleared, the lock-delay's
-// end set), only if the record is still as read: same epoch, the last term
-// does not act (a lease renewed since the read, a GetLock holder alive) and
-// no hand-over became pending; otherwise it returns errRaced. In the same
+// end set), only if the record is still as read (a compare-and-set on its
+// epoch, state, renewed_at and demote_at: decide's answer holds on a row
+// unchanged since the read) and no hand-over became pending; otherwise it
+// returns errRaced. In the same
 // statement it bumps the epoch row (see bumpEpoch) and returns the token.
 // Without an epoch row (the first term, or a record written before the
 // epoch row was), it claims, then bumps in a statement of its own.
@@ -286,12 +288,14 @@ func (s termStart) follow(ctx context.Context, q querier, claimed, token uint64)
 // real reason later, see payOwed), at the moment p could act no longer as
 // the read showed it: the end of its lease, or the read if that came first
 // (its session ended, so it crashed or will learn of it at its next
-// keepalive); older terms ended when p began. It reads no record row, so it
-// takes no lock a keepalive could wait for. Every statement is idempotent,
-// so a late writer changes nothing that is already there. It is bounded by
-// an interval, so that the term's first keepalive is not late. The term's
-// row starts when the claim had returned (started), before the leader's
-// code ran, however late the row is written.
+// keepalive); older terms ended when p began. It reads the record without
+// a lock (a plain read), so it takes no lock a keepalive could wait for.
+// Every statement is idempotent, so a late writer changes nothing that is
+// already there. It is bounded by an interval, so that the term's first
+// keepalive is not late. The term's row starts when its claim set the
+// record (since), before the leader's code ran, however late the row is
+// written; if a later term has the record by then, when the claim had
+// returned (started), measured back from the write.
 func (s termStart) writeHistory(ctx context.Context, q querier, token uint64, p predecessor, started time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, s.st.cfg.Interval)
 	defer cancel()
@@ -326,9 +330,22 @@ func (s termStart) history(ctx context.Context, q querier, token uint64, p prede
 			return during("closing the last term", schemaError(s.st.tbl, err))
 		}
 	}
+	// The term started when its claim set the record's since, on the
+	// database clock: read it, without a lock, while the record still
+	// names this term. A measure from the claim's return instead would be
+	// late by however long this statement waited to run, and could follow
+	// the leader's first write (TestHistoryStartIsTheClaim, under load).
+	var since sql.NullInt64
+	if err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("since")+" FROM `"+s.st.tbl.record+"` WHERE lock_name = ? AND epoch = ?", s.lock, token)).Scan(&since); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return during("writing the history", schemaError(s.st.tbl, err))
+	}
+	start := text(timeAgo, agoMicros(started)) // a later term has the record by now
+	if since.Valid {
+		start = text(atMicros, since.Int64)
+	}
 	host, _ := os.Hostname()
 	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.st.tbl.term+"` (lock_name, epoch, holder, host, pid, server, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, "+serverName+", "+timeAgo+")", s.lock, token, s.st.cfg.Identity, host, os.Getpid(), agoMicros(started))); err != nil {
+		"VALUES (?, ?, ?, ?, ?, "+serverName+", ", s.lock, token, s.st.cfg.Identity, host, os.Getpid())+start+")"); err != nil {
 		return during("writing the history", schemaError(s.st.tbl, err))
 	}
 	if prune {

@@ -69,7 +69,7 @@
 #ifdef DEMOTE_AT_ONCE
 #define DSTALE 0
 #else
-#define DSTALE STALE    /* a demotion this old is overdue (Record.overdue) */
+#define DSTALE STALE    /* a demotion this old is overdue (Record.defied, Record.overdue) */
 #endif
 #ifdef FAST_FAILOVER
 #define F K
