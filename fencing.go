@@ -248,7 +248,9 @@ func (k *keptSession) begin(ctx context.Context, opts *sql.TxOptions) (*fencedCo
 			return s, tx, nil
 		}
 		k.put(ctx, s, false)
-		// MySQL 8.0.24+ says why it closed an idle session (4031) before it does.
+		// MySQL 8.0.24+ writes why it closes an idle session (4031,
+		// ER_CLIENT_INTERACTION_TIMEOUT) before it does (its 8.0.24 release
+		// notes, WL #14425; read, not tested here).
 		if !s.reused || !retry || ctx.Err() != nil || !errors.Is(err, driver.ErrBadConn) && !errors.Is(err, mysql.ErrInvalidConn) && !serverError(err, 4031) {
 			return nil, nil, err // a refused option fails the same way on any session
 		}

@@ -139,6 +139,9 @@ func (o *Operator) removeRows(ctx context.Context, lock string) error {
 		return during("removing the election", err)
 	}
 	defer tx.Rollback()
+	// FOR UPDATE needs SELECT and one of DELETE, LOCK TABLES or UPDATE on
+	// MySQL (its manual, "Locking Reads"; read, not tested here): DELETE,
+	// which Remove needs anyway.
 	for _, t := range []string{s.tbl.record, s.tbl.epoch} {
 		if _, err := tx.ExecContext(ctx, text("SELECT 1 FROM `"+t+"` WHERE lock_name = ? FOR UPDATE", lock)); err != nil {
 			return during("removing the election", schemaError(s.tbl, err))

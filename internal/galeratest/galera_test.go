@@ -757,3 +757,57 @@ func TestFencedWriteLosesToABumpOnAnotherNode(t *testing.T) {
 		}
 	}
 }
+
+// On Galera a fenced transaction writes the epoch row, so a read-only one
+// is refused with ErrUnsupported before anything runs, while one at read
+// committed is fenced as any; Remove is refused while a term acts and,
+// once nobody campaigns, deletes the election through another node.
+func TestFencedTxOptionsAndRemove(t *testing.T) {
+	c, name := setup(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	e := newElector(t, c.Node(1).Open(t, name), "options", nodeID(1))
+	ops, err := election.NewOperator(c.Node(2).Open(t, name), "options", timing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first uint64
+	err = e.Run(ctx, func(ctx context.Context, term *election.Term) error {
+		first = term.Token()
+		ran := false
+		err := term.FencedTx(ctx, &sql.TxOptions{ReadOnly: true}, func(*sql.Tx) error { ran = true; return nil })
+		if !errors.Is(err, election.ErrUnsupported) || ran {
+			t.Errorf("a read-only fenced transaction on Galera: %v (ran %v), want ErrUnsupported before it runs", err, ran)
+		}
+		if err := term.FencedTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO writes (token, holder) VALUES (?, 'read-committed')", term.Token())
+			return err
+		}); err != nil {
+			t.Errorf("a read-committed fenced write: %v", err)
+		}
+		if err := ops.Remove(ctx); !errors.Is(err, election.ErrInUse) {
+			t.Errorf("Remove through node 2 while node 1 leads: %v, want ErrInUse", err)
+		}
+		return election.ErrStop
+	})
+	if !errors.Is(err, election.ErrStop) {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := ops.Remove(ctx); err != nil {
+		t.Fatalf("Remove once nobody campaigns: %v", err)
+	}
+	for n := 1; n <= galeratest.Size; n++ {
+		var rows int
+		if err := c.OpenSynced(t, n, name).QueryRow("SELECT (SELECT COUNT(*) FROM election_record) + (SELECT COUNT(*) FROM election_epoch) + " +
+			"(SELECT COUNT(*) FROM election_term) + (SELECT COUNT(*) FROM election_candidate)").Scan(&rows); err != nil || rows != 0 {
+			t.Errorf("node %d after Remove: %d rows of the election, %v", n, rows, err)
+		}
+	}
+	next, err := newElector(t, c.Node(3).Open(t, name), "options", nodeID(3)).Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Resign(context.Background())
+	if next.Token() <= first {
+		t.Errorf("the election started anew with token %d, not above the removed one's %d", next.Token(), first)
+	}
+}
