@@ -109,11 +109,13 @@ func TestStuckFencedTransactionDoesNotBlockTheElection(t *testing.T) {
 		} else {
 			ta.Resign(ctx)
 		}
-		// b's claim waits on the epoch row until the server drops the stuck
-		// session, after W: longer than b's lease, that term is given up
-		// (ErrLeaseExpired: nobody was handed it), and b's next campaign
-		// leads. TiDB sometimes frees the row later than the bounded try
-		// (2W) waits; the try gives up and b campaigns again, as Run would.
+		// b's claim waits on the epoch row until the stopped leader's
+		// transaction ends: the end of its term rolls it back (FencedTx
+		// cancels it), at Resign under LeaseRow and at the keepalive that
+		// finds the session killed under GetLock. A server that frees the
+		// row later than b's try waits (TiDB once did, when the row waited
+		// for the server's idle timeout) makes that try give up, with
+		// ErrLeaseExpired or a deadline, and b campaigns again, as Run would.
 		var tb *election.Term
 		var err error
 		for tries := 0; tb == nil; tries++ {
