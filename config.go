@@ -105,6 +105,18 @@ type Config struct {
 	// it cuts, logs a WARN, and from then on waits in steps of half of it,
 	// sending a statement per step. Default Interval; at most Lease.
 	CheckInterval time.Duration
+	// OwnSession keeps a GetLock candidate on a session of its own, which
+	// blocks in GET_LOCK, so that its election fails over in milliseconds
+	// however many elections the process is in. Without it, the first four
+	// GetLock candidates on a *sql.DB (with the same TablePrefix and
+	// timings) get a session of their own and every later one joins a
+	// session shared with them, which holds all their locks, renews all
+	// their terms in one statement per Interval and tries all their locks
+	// in one per CheckInterval: such an election fails over within
+	// CheckInterval, and a process in any number of elections holds a few
+	// sessions (docs/operations.md, "Connections and cost to plan for").
+	// LeaseRow candidates hold no session.
+	OwnSession bool
 	// TablePrefix starts the table names. Default DefaultTablePrefix.
 	TablePrefix string
 	// SkipCreateTables stops the Elector from creating missing tables on

@@ -377,7 +377,8 @@ var errTermOver = errors.New("election: the term has ended")
 // same plain transaction: its wait_timeout is set once, not set and reset
 // around every transaction.
 type keptSession struct {
-	st *store
+	st   *store
+	none bool // keep none: the term is on a shared session, and its process may lead many
 
 	mu     sync.Mutex
 	conn   *sql.Conn // idle, or nil: none yet, dropped, or busy
@@ -453,7 +454,7 @@ func (k *keptSession) put(ctx context.Context, s *fencedConn, clean bool) {
 	if s.kept {
 		k.mu.Lock()
 		k.busy = false
-		keep := clean && !k.closed && !k.crowded()
+		keep := clean && !k.closed && !k.none && !k.crowded()
 		if keep {
 			k.conn, k.since = s.Conn, time.Now()
 		}

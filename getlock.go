@@ -104,13 +104,31 @@ type pinned struct {
 	seen   leaderSeen
 	token  uint64
 	row    presence
+	share  *sessionShare // counts the session as its own, once the term began
 }
 
 // deputyLock is the lock whose holder watches the leader for the waiters.
 func deputyLock(lock string) string { return lock + "/deputy" }
 
-// acquire pins a session, waits for the lock and opens a term on it.
+// acquire waits for the lock and opens a term, on a session of the
+// candidate's own if it insists (Config.OwnSession) or while the pool has
+// fewer than ownSessions of them, else on a shared session (shared.go).
 func (g *getLock) acquire(ctx context.Context, lock string, try bool) (won, error) {
+	sh := shareOf(g.st)
+	if !sh.takeOwn(g.st.cfg.OwnSession) {
+		return sh.acquire(ctx, g, lock, try)
+	}
+	w, err := g.acquireOwn(ctx, lock, try)
+	if err != nil {
+		sh.dropOwn()
+		return w, err
+	}
+	w.h.(*pinned).share = sh
+	return w, nil
+}
+
+// acquireOwn pins a session, waits for the lock and opens a term on it.
+func (g *getLock) acquireOwn(ctx context.Context, lock string, try bool) (won, error) {
 	s, err := g.pin(ctx, lock)
 	if err != nil {
 		return won{}, err
@@ -385,4 +403,9 @@ func (s *pinned) lost(ctx context.Context, end ending) error {
 
 // close drops the session for sure (see drop): in the pool it would still
 // hold the lock (GET_LOCK is re-entrant there) and the short wait_timeout.
-func (s *pinned) close() { drop(s.conn) }
+func (s *pinned) close() {
+	drop(s.conn)
+	if s.share != nil {
+		s.share.dropOwn()
+	}
+}

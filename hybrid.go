@@ -54,7 +54,8 @@ type store struct {
 	name string // the election's name
 	cfg  Config // the prefix and the limits the rows are written with
 
-	tbl tables
+	tbl   tables
+	first *firstUse // what candidates on db with these tables learn once
 
 	mu       sync.Mutex
 	lock     string    // the lock name, once learnt
@@ -66,7 +67,8 @@ type store struct {
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
-	return &store{db: db, name: name, cfg: cfg, tbl: tablesFor(cfg.TablePrefix)}
+	tbl := tablesFor(cfg.TablePrefix)
+	return &store{db: db, name: name, cfg: cfg, tbl: tbl, first: firstUseOf(db, tbl)}
 }
 
 // pruneDue counts a term started and says whether its history write

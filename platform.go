@@ -14,9 +14,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -268,6 +271,61 @@ func serverError(err error, numbers ...uint16) bool {
 
 // First use: before its first campaign a candidate learns the election's
 // lock name, the server, and its strategy, and makes sure of the tables.
+// What does not depend on the election (the database, the server, the
+// tables) is learnt once per pool and table prefix, by the first candidate
+// that needs it, while the others on the pool wait (firstUse): a process
+// that starts thousands of candidates at once checks once, rather than
+// sending each check thousands of times over as many new connections,
+// which stalled the keepalives of other processes' leaders.
+
+// firstUse is what the candidates on one pool with one table prefix learn
+// once.
+type firstUse struct {
+	turn     chan struct{} // held by the candidate that learns
+	database string        // DATABASE(), once read
+	server   *platform     // once read
+	ready    bool          // the tables were made sure of
+}
+
+type firstUseKey struct {
+	db  weak.Pointer[sql.DB] // not kept alive by this
+	tbl tables
+}
+
+var firstUses = struct {
+	sync.Mutex
+	m map[firstUseKey]*firstUse
+}{m: map[firstUseKey]*firstUse{}}
+
+// firstUseOf returns what candidates on db with tables tbl learn once; it
+// is forgotten with db.
+func firstUseOf(db *sql.DB, tbl tables) *firstUse {
+	k := firstUseKey{weak.Make(db), tbl}
+	firstUses.Lock()
+	defer firstUses.Unlock()
+	f := firstUses.m[k]
+	if f == nil {
+		f = &firstUse{turn: make(chan struct{}, 1)}
+		firstUses.m[k] = f
+		runtime.AddCleanup(db, func(k firstUseKey) {
+			firstUses.Lock()
+			delete(firstUses.m, k)
+			firstUses.Unlock()
+		}, k)
+	}
+	return f
+}
+
+// learn runs f while no other candidate of the pool learns.
+func (f *firstUse) learn(ctx context.Context, learn func() error) error {
+	select {
+	case f.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-f.turn }()
+	return learn()
+}
 
 // resolveLock returns the election's lock name, the key of all its rows,
 // learnt once from the DSN's database (lockName). It needs no privilege
@@ -279,14 +337,26 @@ func (s *store) resolveLock(ctx context.Context) (string, error) {
 	if lock != "" {
 		return lock, nil
 	}
-	var database sql.NullString
-	if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
-		return "", during("reaching the server", refusal(err))
+	var database string
+	err := s.first.learn(ctx, func() error {
+		if s.first.database != "" {
+			database = s.first.database
+			return nil
+		}
+		var name sql.NullString
+		if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
+			return during("reaching the server", refusal(err))
+		}
+		if !name.Valid {
+			return fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
+		}
+		database, s.first.database = name.String, name.String
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
-	if !database.Valid {
-		return "", fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
-	}
-	lock = lockName(database.String, s.cfg.TablePrefix, s.name)
+	lock = lockName(database, s.cfg.TablePrefix, s.name)
 	s.mu.Lock()
 	s.lock = lock
 	s.mu.Unlock()
@@ -308,28 +378,46 @@ func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
 	if err != nil || ready {
 		return lock, err
 	}
-	// The server first: a strategy it cannot serve is refused before any
-	// table is created.
-	p, err := detectPlatform(ctx, s.db)
+	var (
+		p        platform
+		strategy Strategy
+		why      string
+		learnt   bool // this candidate checked the server and the tables
+	)
+	err = s.first.learn(ctx, func() error {
+		// The server first: a strategy it cannot serve is refused before
+		// any table is created.
+		if s.first.server == nil {
+			server, err := detectPlatform(ctx, s.db)
+			if err != nil {
+				return err
+			}
+			s.first.server = &server
+		}
+		p = *s.first.server
+		if strategy, why, err = p.strategyFor(s.cfg.Strategy); err != nil || s.first.ready {
+			return err
+		}
+		check := checkSchema
+		if !s.cfg.SkipCreateTables {
+			check = createSchema
+		}
+		if err := check(ctx, s.db, s.tbl); err != nil {
+			return err
+		}
+		s.first.ready, learnt = true, true
+		return nil
+	})
 	if err != nil {
 		return "", err
 	}
-	strategy, why, err := p.strategyFor(s.cfg.Strategy)
-	if err != nil {
-		return "", err
-	}
-	check := checkSchema
-	if !s.cfg.SkipCreateTables {
-		check = createSchema
-	}
-	if err := check(ctx, s.db, s.tbl); err != nil {
-		return "", err
-	}
-	if why != "" {
-		log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
-	}
-	for _, w := range p.warnings(strategy, s.cfg.CheckInterval) {
-		log.Warn(w)
+	if learnt {
+		if why != "" {
+			log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
+		}
+		for _, w := range p.warnings(strategy, s.cfg.CheckInterval) {
+			log.Warn(w)
+		}
 	}
 	s.mu.Lock()
 	s.ready, s.platform, s.strategy = true, p, strategy

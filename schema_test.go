@@ -312,12 +312,14 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 	}
 
 	// Tables of the release before this one lack delay_until alone: the
-	// fix lists only its statement, which a DBA can paste as it is.
+	// fix lists only its statement, which a DBA can paste as it is. (A
+	// candidate of a new process: a pool's candidates check the tables
+	// once.)
 	if _, err := admin.ExecContext(ctx, "ALTER TABLE election_record DROP COLUMN delay_until"); err != nil {
 		t.Fatal(err)
 	}
 	before = contents(t, admin)
-	_, err = newElectorWith(t, admin, "old", skip).Campaign(ctx)
+	_, err = newElectorWith(t, server.Open(t, dbName), "old", skip).Campaign(ctx)
 	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alterRecord) || strings.Contains(err.Error(), alter) {
 		t.Errorf("campaign with SkipCreateTables on tables that lack delay_until alone: %v, want its ALTER only", err)
 	}
@@ -349,10 +351,11 @@ func TestUpgradeBehindATransactionDoesNotStallTheLeader(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "SELECT COUNT(*) FROM election_record"); err != nil {
 		t.Fatal(err)
 	}
-	// New candidates try the upgrade, again and again, for twice the
-	// leader's lease.
+	// New candidates, each of a new process (a pool of its own: a pool's
+	// candidates check the tables once), try the upgrade, again and again,
+	// for twice the leader's lease.
 	for end := time.Now().Add(2 * fast.Lease); time.Now().Before(end); {
-		_, err := newElector(t, election.GetLock, admin, "queued", "new").Campaign(ctx)
+		_, err := newElector(t, election.GetLock, server.Open(t, dbName), "queued", "new").Campaign(ctx)
 		if err == nil || !strings.Contains(err.Error(), "an open transaction holds the table") || !strings.Contains(err.Error(), "ADD COLUMN delay_until") {
 			t.Fatalf("campaign whose upgrade meets an open transaction: %v, want the transaction named, with the statement", err)
 		}
@@ -363,7 +366,7 @@ func TestUpgradeBehindATransactionDoesNotStallTheLeader(t *testing.T) {
 	}
 	tx.Rollback()
 	resignAll(t, leader)
-	resignAll(t, await(t, campaign(ctx, newElector(t, election.GetLock, admin, "queued", "new")), 10*time.Second).term)
+	resignAll(t, await(t, campaign(ctx, newElector(t, election.GetLock, server.Open(t, dbName), "queued", "new")), 10*time.Second).term)
 }
 
 // SchemaDDL, CreateSchema and Elections refuse a prefix that is no table

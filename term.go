@@ -75,8 +75,9 @@ type Term struct {
 // with parent.
 func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
+	_, shared := w.h.(*sharedCandidate)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, p: w.p, kept: keptSession{st: st},
+		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, p: w.p, kept: keptSession{st: st, none: shared},
 		log:    log.With("token", w.token),
 		parent: parent, ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),

@@ -199,11 +199,17 @@ func (c *candidate) library(ctx context.Context, contender string, elections int
 	var wg sync.WaitGroup
 	for i := range errs {
 		wg.Go(func() {
-			name, lead := "bench", c.writeFenced
+			// The election the arena watches keeps a session of its own,
+			// as an application would for the one election whose
+			// failover matters most; the others share.
+			name, lead, own := "bench", c.writeFenced, true
 			if i > 0 {
+				own = false
 				name = fmt.Sprintf("bench-%d", i)
 				lead = func(ctx context.Context, t *election.Term) { c.hold(ctx, name, t) }
 			}
+			cfg := cfg
+			cfg.OwnSession = own
 			errs[i] = c.elect(ctx, name, cfg, lead)
 			cancel()
 		})

@@ -1,0 +1,181 @@
+package election_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// A process in many elections shares sessions: two pools (two processes)
+// in the same 24 elections hold at most their own few sessions, one shared
+// session and the pool's idle ones each. A demotion of one term on the
+// shared session ends that term alone. When the shared session of the
+// pool that leads is killed, every term on it ends and the other pool
+// leads each of those elections; no election ever accepts a fenced write
+// of a stale term.
+func TestManyElectionsShareSessions(t *testing.T) {
+	needGetLock(t)
+	t.Parallel()
+	const n = 24
+	dbName := server.NewDatabase(t)
+	admin := server.Open(t, dbName)
+	ctx := ctxFor(t, 2*time.Minute)
+	if _, err := admin.ExecContext(ctx, "CREATE TABLE writes (id BIGINT AUTO_INCREMENT PRIMARY KEY, election VARCHAR(64) NOT NULL, "+
+		"token BIGINT UNSIGNED NOT NULL, holder VARCHAR(64) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := election.CreateSchema(ctx, admin, ""); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	defer func() { stop(); running.Wait() }()
+	join := func(db *sql.DB, holder string) {
+		for i := range n {
+			cfg := fast
+			cfg.Strategy, cfg.Identity = election.GetLock, holder
+			name := fmt.Sprintf("e%02d", i)
+			e := newElectorWith(t, db, name, cfg)
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				e.Run(runCtx, func(ctx context.Context, term *election.Term) error {
+					for w := 0; w < 5 && ctx.Err() == nil; w++ {
+						term.Fenced(ctx, func(tx *sql.Tx) error {
+							_, err := tx.ExecContext(ctx, "INSERT INTO writes (election, token, holder) VALUES (?, ?, ?)", name, term.Token(), holder)
+							return err
+						})
+						time.Sleep(20 * time.Millisecond)
+					}
+					<-ctx.Done()
+					return nil
+				})
+			}()
+		}
+	}
+	ledBy := func(holder string) (elections int, bySession map[uint64]int) {
+		rows, err := admin.QueryContext(ctx, "SELECT conn_id FROM election_record WHERE holder = ? AND state = 'leading' AND IS_USED_LOCK(lock_name) = conn_id", holder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		bySession = map[uint64]int{}
+		for rows.Next() {
+			var id uint64
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			bySession[id]++
+			elections++
+		}
+		return elections, bySession
+	}
+	a, b := server.Open(t, dbName), server.Open(t, dbName)
+	join(a, "a")
+	waitFor(t, "a to lead every election", 30*time.Second, func() bool { led, _ := ledBy("a"); return led == n })
+	join(b, "b")
+	waitFor(t, "b's candidates to join", 30*time.Second, func() bool {
+		var joined int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM election_candidate WHERE identity = 'b'").Scan(&joined)
+		return joined == n
+	})
+	time.Sleep(5 * fast.Interval)
+	// Own sessions, the sessions their leaders keep for fenced
+	// transactions, one shared session, and what the pool keeps idle (2 by
+	// default) for the shared session's history writes and fenced
+	// transactions.
+	const most = 4 + 4 + 1 + 2
+	for _, p := range []struct {
+		name string
+		db   *sql.DB
+	}{{"a", a}, {"b", b}} {
+		if open := p.db.Stats().OpenConnections; open > most {
+			t.Errorf("pool %s holds %d sessions for %d elections, want at most %d", p.name, open, n, most)
+		}
+	}
+	led, bySession := ledBy("a")
+	var shared uint64
+	for id, k := range bySession {
+		if k > 1 {
+			if shared != 0 {
+				t.Fatalf("a leads on two sessions that each hold more than one election: %v", bySession)
+			}
+			shared = id
+		}
+	}
+	if led != n || bySession[shared] != n-4 {
+		t.Fatalf("a leads %d elections, %v by session, want %d, %d of them on one shared session", led, bySession, n, n-4)
+	}
+	// A candidate that insists on a session of its own gets one, even
+	// past the pool's first four.
+	cfg := fast
+	cfg.Strategy, cfg.Identity, cfg.OwnSession = election.GetLock, "a", true
+	own := await(t, campaign(ctx, newElectorWith(t, a, "own", cfg)), 10*time.Second).term
+	var ownID uint64
+	admin.QueryRowContext(ctx, "SELECT conn_id FROM election_record WHERE name = 'own'").Scan(&ownID)
+	if _, bySession := ledBy("a"); ownID == 0 || ownID == shared || bySession[ownID] != 1 {
+		t.Errorf("the OwnSession candidate leads on session %d, a leads %v by session; want a session of its own", ownID, bySession)
+	}
+	resignAll(t, own)
+	// A demotion ends the one term it names: its renewal fails alone, the
+	// others on the session go on.
+	var demoted string
+	admin.QueryRowContext(ctx, "SELECT name FROM election_record WHERE conn_id = ? ORDER BY name LIMIT 1", shared).Scan(&demoted)
+	if _, err := newOperator(t, admin, demoted).Demote(ctx); err != nil {
+		t.Fatalf("demoting %s: %v", demoted, err)
+	}
+	waitFor(t, "b to lead the demoted election", 30*time.Second, func() bool {
+		var holder string
+		admin.QueryRowContext(ctx, "SELECT holder FROM election_record WHERE name = ? AND state = 'leading'", demoted).Scan(&holder)
+		return holder == "b"
+	})
+	if _, bySession := ledBy("a"); bySession[shared] != n-4-1 {
+		t.Fatalf("after demoting %s, a leads %v by session, want %d on the shared session %d", demoted, bySession, n-4-1, shared)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", shared)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to lead every election of the killed session", 30*time.Second, func() bool { ledB, _ := ledBy("b"); return ledB >= n-4 })
+	waitFor(t, "the history to end a's terms of the killed session", 10*time.Second, func() bool {
+		var ended int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM election_term WHERE holder = 'a' AND reason IN ('session-lost', 'lost', 'lock-lost')").Scan(&ended)
+		return ended >= n-4-1
+	})
+	stop()
+	running.Wait()
+
+	rows, err := admin.QueryContext(ctx, "SELECT election, token, holder FROM writes ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	last := map[string]uint64{}
+	holders := map[uint64]string{}
+	var writes int
+	for rows.Next() {
+		var (
+			e, holder string
+			token     uint64
+		)
+		if err := rows.Scan(&e, &token, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if token < last[e] {
+			t.Errorf("election %s accepted a stale write: token %d after %d", e, token, last[e])
+		}
+		if h, ok := holders[token]; ok && h != holder {
+			t.Errorf("token %d written by %s and %s", token, h, holder)
+		}
+		last[e], holders[token] = token, holder
+		writes++
+	}
+	if writes == 0 {
+		t.Fatal("no fenced write was accepted")
+	}
+	t.Logf("%d fenced writes in %d elections; a led on sessions %v before the kill", writes, len(last), bySession)
+}
