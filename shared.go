@@ -32,6 +32,23 @@ import (
 // candidate on it campaigns again: see docs/protocol.md, "Shared sessions".
 const ownSessions = 4
 
+// spareSessions bounds the pool sessions that the candidates on a share's
+// sessions use at once, for what needs no lock of theirs: writing their
+// rows, starting their terms, writing the history. A process that joins or
+// wins thousands of elections at once opens no more.
+const spareSessions = 4
+
+// spared runs f on the pool while fewer than spareSessions others do.
+func (sh *sessionShare) spared(ctx context.Context, f func() error) error {
+	select {
+	case sh.spare <- struct{}{}:
+		defer func() { <-sh.spare }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return f()
+}
+
 // shareKey is what candidates that may share a session have in common:
 // the pool, the tables, and the timing, which sets the session's
 // wait_timeout and the pace of its statements.
@@ -45,11 +62,14 @@ type shareKey struct {
 type sessionShare struct {
 	key shareKey
 
-	mu       sync.Mutex
+	users    int           // own plus members, under shares: the share is forgotten at 0
+	spare    chan struct{} // bounds the pool sessions its candidates use at once (spared)
+	tryLimit time.Duration // bounds a statement on its sessions (see sharedSession.do)
+	opening  sync.Mutex    // held by a candidate that opens a session, for the others to join it
+
+	mu       sync.Mutex       // held for no I/O
 	own      int              // candidates with a session of their own
 	sessions []*sharedSession // open, not lost
-	users    int              // own plus members: the share is forgotten at 0
-	starts   chan struct{}    // bounds the pool sessions that term starts write history on
 }
 
 var shares = struct {
@@ -64,12 +84,12 @@ func shareOf(st *store) *sessionShare {
 	defer shares.Unlock()
 	sh := shares.m[k]
 	if sh == nil {
-		sh = &sessionShare{key: k, starts: make(chan struct{}, 2)}
+		// A lock wait on the session ends at 2W with the server's error,
+		// before this bound: a statement is cut only when it is lost.
+		sh = &sessionShare{key: k, spare: make(chan struct{}, spareSessions), tryLimit: st.cfg.tryLimit() + st.cfg.Lease}
 		shares.m[k] = sh
 	}
-	sh.mu.Lock()
 	sh.users++
-	sh.mu.Unlock()
 	return sh
 }
 
@@ -77,8 +97,6 @@ func shareOf(st *store) *sessionShare {
 func (sh *sessionShare) done() {
 	shares.Lock()
 	defer shares.Unlock()
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if sh.users--; sh.users == 0 {
 		delete(shares.m, sh.key)
 	}
@@ -103,6 +121,11 @@ func (sh *sessionShare) dropOwn() {
 	sh.done()
 }
 
+// forget takes s from the sessions candidates join; sh.mu is held.
+func (sh *sessionShare) forget(s *sharedSession) {
+	sh.sessions = slices.DeleteFunc(sh.sessions, func(o *sharedSession) bool { return o == s })
+}
+
 // sharedSession is one shared session: its candidates, by lock name, and
 // the loop that sends its statements.
 type sharedSession struct {
@@ -113,11 +136,14 @@ type sharedSession struct {
 	quit chan struct{} // closed when the loop is to stop
 	gone chan struct{} // closed when the loop has stopped
 
-	mu      sync.Mutex
-	members map[string]*sharedCandidate
-	lost    chan struct{} // closed when the session failed or closed
-	err     error         // why
-	next    *renewal      // the renewal statement not sent yet
+	mu       sync.Mutex
+	alive    time.Time // when the last statement the server answered was sent
+	members  map[string]*sharedCandidate
+	entering []*sharedCandidate // waiting for their candidate locks
+	wake     chan struct{}      // a candidate is entering
+	lost     chan struct{}      // closed when the session failed or closed
+	err      error              // why
+	next     *renewal           // the renewal statement not sent yet
 }
 
 // renewal is one renewal statement of a shared session and its outcome
@@ -130,14 +156,16 @@ type renewal struct {
 // sharedCandidate is one candidate on a shared session: a holder while it
 // leads.
 type sharedCandidate struct {
-	s     *sharedSession
-	st    *store
-	log   *slog.Logger
-	lock  string
-	won   chan time.Time // the poll that took the lock, sent when it did
-	token uint64
+	s       *sharedSession
+	st      *store
+	log     *slog.Logger
+	lock    string
+	won     chan time.Time // the poll that took the lock, sent when it did
+	entered chan error     // whether the loop took the candidate lock: nil, errBusy, or why not
+	token   uint64
 
 	// Guarded by s.mu.
+	left    bool      // leaving: no lock is taken for it any more
 	waiting bool      // the poll tries its lock
 	holding bool      // the renewal renews its term
 	skip    time.Time // no try before then (a pending hand-over to another)
@@ -147,11 +175,13 @@ type sharedCandidate struct {
 // of that election, opening one if need be, and takes its candidate lock
 // and writes its row there.
 func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, lock string) (*sharedCandidate, error) {
-	ctx, cancel := context.WithTimeout(ctx, st.cfg.Lease+st.cfg.Margin)
+	ctx, cancel := context.WithTimeoutCause(ctx, st.cfg.Lease+st.cfg.Margin, errJoinTimeout)
 	defer cancel()
-	m := &sharedCandidate{st: st, log: log, lock: lock, won: make(chan time.Time, 1)}
-	// Under the share's lock, so that candidates joining at once open one
-	// session, not one each.
+	m := &sharedCandidate{st: st, log: log, lock: lock, won: make(chan time.Time, 1), entered: make(chan error, 1)}
+	// One candidate at a time looks for a session, so that candidates
+	// joining at once open one, not one each; only an opening does I/O.
+	sh.opening.Lock()
+	defer sh.opening.Unlock()
 	sh.mu.Lock()
 	for _, s := range sh.sessions {
 		s.mu.Lock()
@@ -163,16 +193,15 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 			break
 		}
 	}
+	sh.mu.Unlock()
 	if m.s == nil {
-		s, err := sh.open(ctx, st)
+		s, err := sh.open(ctx, st, m)
 		if err != nil {
-			sh.mu.Unlock()
 			sh.done()
 			return nil, err
 		}
-		s.members[lock], m.s = m, s
+		m.s = s
 	}
-	sh.mu.Unlock()
 	if err := m.enter(ctx); err != nil {
 		m.leave()
 		return nil, err
@@ -180,15 +209,16 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	return m, nil
 }
 
-// open opens a shared session and starts its loop; sh.mu is held.
-func (sh *sessionShare) open(ctx context.Context, st *store) (*sharedSession, error) {
+// open opens a shared session with m as its first candidate, and starts
+// its loop.
+func (sh *sessionShare) open(ctx context.Context, st *store, m *sharedCandidate) (*sharedSession, error) {
 	conn, err := st.db.Conn(ctx)
 	if err != nil {
 		return nil, during("opening a session", refusal(err))
 	}
 	server, _ := st.settled()
 	s := &sharedSession{sh: sh, conn: conn, quit: make(chan struct{}), gone: make(chan struct{}),
-		members: map[string]*sharedCandidate{}, lost: make(chan struct{}), next: &renewal{done: make(chan struct{})}}
+		members: map[string]*sharedCandidate{m.lock: m}, wake: make(chan struct{}, 1), lost: make(chan struct{}), next: &renewal{done: make(chan struct{})}}
 	if _, err := conn.ExecContext(ctx, server.sessionSetup(st.cfg.waitTimeout())); err != nil {
 		drop(conn)
 		return nil, during("setting up the session", refusal(err))
@@ -197,45 +227,152 @@ func (sh *sessionShare) open(ctx context.Context, st *store) (*sharedSession, er
 		drop(conn)
 		return nil, during("setting up the session", refusal(err))
 	}
+	sh.mu.Lock()
 	sh.sessions = append(sh.sessions, s)
+	sh.mu.Unlock()
 	go s.run()
 	return s, nil
 }
 
-// enter takes the candidate lock, waiting within the lease for this
-// identity's last session to let it go, and writes the candidate's row.
+// enter has the loop take the candidate lock, trying again every
+// CheckInterval within the lease while this identity's last session lets
+// it go, and writes the candidate's row through the pool.
 func (m *sharedCandidate) enter(ctx context.Context) error {
-	cand := candidateLock(m.lock, m.st.cfg.Identity)
+	s := m.s
 	for {
-		var got sql.NullInt64
-		err := m.s.do(func(conn *sql.Conn) error {
-			return conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, 0)", cand)).Scan(&got)
-		})
-		switch {
-		case err != nil:
-			return during("setting up the session", refusal(err))
-		case got.Int64 == 1:
-			row := presence{st: m.st, lock: m.lock}
-			return m.s.do(func(conn *sql.Conn) error { return row.join(ctx, conn) })
+		s.mu.Lock()
+		s.entering = append(s.entering, m)
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case err := <-m.entered:
+			if err == nil {
+				row := presence{st: m.st, lock: m.lock}
+				return s.sh.spared(ctx, func() error { return row.join(ctx, m.st.db) })
+			}
+			if !errors.Is(err, errBusy) {
+				return during("setting up the session", refusal(err))
+			}
+		case <-s.lost:
+			return s.err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		select {
 		case <-time.After(m.st.cfg.CheckInterval):
 		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), errJoinTimeout) {
+				return ctx.Err()
+			}
+			cand := candidateLock(m.lock, m.st.cfg.Identity)
 			return fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
 				ErrIdentityInUse, literal(cand), m.st.cfg.Identity, m.st.name)
 		}
 	}
 }
 
+// errBusy: another session holds the candidate lock; errJoinTimeout: it
+// did for as long as a candidate may take to join.
+var (
+	errBusy        = errors.New("election: the candidate lock is held")
+	errJoinTimeout = errors.New("election: joining took Lease+Margin")
+)
+
+// admit takes the candidate locks of the candidates entering, in a
+// statement per batch of them, and tells each whether it got its own.
+func (s *sharedSession) admit() {
+	s.mu.Lock()
+	entering := s.entering
+	s.entering = nil
+	s.mu.Unlock()
+	for len(entering) > 0 {
+		batch := entering[:min(len(entering), lockBatch)]
+		entering = entering[len(batch):]
+		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
+			// In the session's turn: a candidate that is not leaving yet
+			// frees what this takes when it leaves.
+			s.mu.Lock()
+			batch = slices.DeleteFunc(batch, func(m *sharedCandidate) bool { return m.left })
+			s.mu.Unlock()
+			locks := make([]string, len(batch))
+			for i, m := range batch {
+				locks[i] = candidateLock(m.lock, m.st.cfg.Identity)
+			}
+			got := make([]bool, len(batch))
+			if err := s.tryLocks(ctx, conn, locks, got); err != nil {
+				return err
+			}
+			for i, m := range batch {
+				if got[i] {
+					m.entered <- nil
+				} else {
+					m.entered <- errBusy
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			for _, m := range append(batch, entering...) {
+				m.entered <- err
+			}
+			return
+		}
+	}
+}
+
+// lockBatch is how many elections one statement renews or tries at most,
+// which bounds its size (about a quarter of a megabyte).
+const lockBatch = 5000
+
+// tryLocks tries each of locks on conn, in one statement, and sets got to
+// whether each was taken. A failure ends the session: the server may have
+// taken some of the locks, which no one would free (GET_LOCK counts a
+// session's takes of a lock, one release undoes one).
+func (s *sharedSession) tryLocks(ctx context.Context, conn *sql.Conn, locks []string, got []bool) error {
+	if len(locks) == 0 {
+		return nil
+	}
+	tries := make([]string, len(locks))
+	for i, l := range locks {
+		tries[i] = text("GET_LOCK(?, 0)", l)
+	}
+	vals := make([]sql.NullInt64, len(locks))
+	dst := make([]any, len(locks))
+	for i := range vals {
+		dst[i] = &vals[i]
+	}
+	if err := conn.QueryRowContext(ctx, "SELECT "+strings.Join(tries, ", ")).Scan(dst...); err != nil {
+		s.fail(err)
+		return err
+	}
+	for i, v := range vals {
+		got[i] = v.Int64 == 1
+	}
+	return nil
+}
+
 // do runs f on the session, one statement sequence at a time, after the
 // loop's (see turns); an error that leaves the session in doubt ends it
 // for every candidate on it.
-func (s *sharedSession) do(f func(conn *sql.Conn) error) error { return s.doAs(false, f) }
+// f gets a context of the session's, never a candidate's: the driver
+// drops a connection whose statement's context ends, and with it every
+// candidate's locks. It is bounded as a pinned session's lock waits are,
+// 2W: a statement sent into a partition gives up, one that is only slow
+// (thousands of elections on a busy server) is not cut, while each term's
+// own lease still ends it on time.
+func (s *sharedSession) do(f func(ctx context.Context, conn *sql.Conn) error) error {
+	return s.doAs(false, f)
+}
 
 // doFirst is do for the loop's own statements, which go first.
-func (s *sharedSession) doFirst(f func(conn *sql.Conn) error) error { return s.doAs(true, f) }
+func (s *sharedSession) doFirst(f func(ctx context.Context, conn *sql.Conn) error) error {
+	return s.doAs(true, f)
+}
 
-func (s *sharedSession) doAs(urgent bool, f func(conn *sql.Conn) error) error {
+func (s *sharedSession) doAs(urgent bool, f func(ctx context.Context, conn *sql.Conn) error) error {
 	s.mu.Lock()
 	err := s.err
 	s.mu.Unlock()
@@ -244,7 +381,15 @@ func (s *sharedSession) doAs(urgent bool, f func(conn *sql.Conn) error) error {
 	}
 	s.use.take(urgent)
 	defer s.use.give()
-	err = f(s.conn)
+	ctx, cancel := context.WithTimeout(context.Background(), s.sh.tryLimit)
+	defer cancel()
+	sent := time.Now()
+	err = f(ctx, s.conn)
+	if !sessionFailed(err) {
+		s.mu.Lock()
+		s.alive = sent
+		s.mu.Unlock()
+	}
 	if sessionFailed(err) {
 		s.fail(err)
 		return fmt.Errorf("%w: %w", ErrSessionLost, err)
@@ -315,44 +460,63 @@ func sessionFailed(err error) bool {
 }
 
 // fail ends the session for all its candidates.
+//
+// The connection is dropped at once: a session that answers on (a KILL
+// QUERY, a statement refused after it took locks) would keep every lock
+// it holds. Callers hold the session's turn, or are its last user.
 func (s *sharedSession) fail(err error) {
 	s.mu.Lock()
-	if s.err == nil {
+	first := s.err == nil
+	if first {
 		s.err = fmt.Errorf("%w: the shared session %d failed: %w", ErrSessionLost, s.id, err)
 		close(s.lost)
 	}
 	s.mu.Unlock()
-	s.sh.mu.Lock()
-	for i, o := range s.sh.sessions {
-		if o == s {
-			s.sh.sessions = append(s.sh.sessions[:i], s.sh.sessions[i+1:]...)
-			break
-		}
+	if first {
+		drop(s.conn)
 	}
+	s.sh.mu.Lock()
+	s.sh.forget(s)
 	s.sh.mu.Unlock()
 }
 
 // run sends the session's own statements until its last candidate leaves:
-// the poll every CheckInterval, the renewal every Interval.
+// the candidate locks of those entering, the poll every CheckInterval, and
+// on a goroutine of its own, so that no poll can delay it, the renewal
+// every Interval.
 func (s *sharedSession) run() {
 	defer close(s.gone)
 	defer drop(s.conn)
-	cfg := s.sh.key
-	poll := time.NewTicker(cfg.checkPeriod)
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		s.every(s.sh.key.interval, s.renew)
+	}()
+	defer func() { <-renewing }()
+	poll := time.NewTicker(s.sh.key.checkPeriod)
 	defer poll.Stop()
-	renew := time.NewTicker(cfg.interval)
-	defer renew.Stop()
 	for {
 		select {
 		case <-s.quit:
 			return
-		case <-s.lost:
-			<-s.quit
-			return
+		case <-s.wake:
+			s.admit()
 		case <-poll.C:
 			s.poll()
-		case <-renew.C:
-			s.renew()
+		}
+	}
+}
+
+// every runs f every period until the session is to stop.
+func (s *sharedSession) every(period time.Duration, f func()) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-tick.C:
+			f()
 		}
 	}
 }
@@ -386,9 +550,6 @@ func (s *sharedSession) poll() {
 	for i, m := range waiting {
 		byLock[m.lock], names[i] = m, literal(m.lock)
 	}
-	tbl := s.sh.key.tbl
-	ctx, cancel := context.WithTimeout(context.Background(), s.sh.key.lease)
-	defer cancel()
 	sent := time.Now()
 	type overdue struct {
 		m   *sharedCandidate
@@ -399,9 +560,71 @@ func (s *sharedSession) poll() {
 		stuck []overdue
 		taken []*sharedCandidate
 	)
-	err := s.doFirst(func(conn *sql.Conn) error {
+	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
+		err := s.tryRead(ctx, conn, names, func(lock string, got bool, rec Record) {
+			m := byLock[lock]
+			delete(byLock, lock)
+			switch {
+			case got:
+				taken = append(taken, m)
+			case rec.overdue() != "":
+				stuck = append(stuck, overdue{m, rec, rec.overdue()})
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return s.hand(ctx, conn, taken, sent)
+	})
+	if err != nil {
+		return // logged by the candidates, which the failure reaches
+	}
+	var fresh []*sharedCandidate // elections without a record yet
+	for _, m := range byLock {
+		fresh = append(fresh, m)
+	}
+	for len(fresh) > 0 {
+		batch := fresh[:min(len(fresh), lockBatch)]
+		fresh = fresh[len(batch):]
+		sent := time.Now()
+		if s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
+			locks := make([]string, len(batch))
+			for i, m := range batch {
+				locks[i] = m.lock
+			}
+			got := make([]bool, len(batch))
+			if err := s.tryLocks(ctx, conn, locks, got); err != nil {
+				return err
+			}
+			var taken []*sharedCandidate
+			for i, m := range batch {
+				if got[i] {
+					taken = append(taken, m)
+				}
+			}
+			return s.hand(ctx, conn, taken, sent)
+		}) != nil {
+			return
+		}
+	}
+	for _, o := range stuck {
+		o.m.log.Debug("the leader is overdue; killing its session", "reason", o.why, "leader", o.rec.Identity, "token", o.rec.Token)
+		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
+			return o.m.st.kill(ctx, conn, o.m.lock, o.rec, o.why, o.m.log)
+		})
+		if errors.Is(err, ErrKillDenied) {
+			o.m.log.Error("cannot end a stuck leader's session", "err", err, "holder", o.rec.Identity, "conn_id", o.rec.ConnID)
+		}
+	}
+}
+
+// tryRead tries the locks of the elections names (SQL literals) on conn
+// and reads their records, in one statement, and calls each with every
+// row. A failure ends the session, as one of tryLocks does.
+func (s *sharedSession) tryRead(ctx context.Context, conn *sql.Conn, names []string, each func(lock string, got bool, rec Record)) error {
+	err := func() error {
 		rows, err := conn.QueryContext(ctx, "SELECT r.lock_name, GET_LOCK(r.lock_name, 0), "+recordColumns("r.lock_name")+
-			" FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(names, ", ")+")")
+			" FROM `"+s.sh.key.tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(names, ", ")+")")
 		if err != nil {
 			return err
 		}
@@ -415,73 +638,25 @@ func (s *sharedSession) poll() {
 			if err := rows.Scan(append([]any{&lock, &got}, rec.fields()...)...); err != nil {
 				return err
 			}
-			m := byLock[lock]
-			delete(byLock, lock)
-			switch {
-			case got.Int64 == 1:
-				taken = append(taken, m)
-			case rec.overdue() != "":
-				stuck = append(stuck, overdue{m, rec, rec.overdue()})
-			}
+			each(lock, got.Int64 == 1, rec)
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return s.hand(ctx, conn, taken, sent)
-	})
+		return rows.Err()
+	}()
 	if err != nil {
-		return // logged by the candidates, which the failure reaches
+		s.fail(err)
 	}
-	var fresh []*sharedCandidate // elections without a record yet
-	for _, m := range byLock {
-		fresh = append(fresh, m)
-	}
-	for len(fresh) > 0 {
-		batch := fresh[:min(len(fresh), 500)]
-		fresh = fresh[len(batch):]
-		tries := make([]string, len(batch))
-		for i, m := range batch {
-			tries[i] = text("GET_LOCK(?, 0)", m.lock)
-		}
-		got := make([]sql.NullInt64, len(batch))
-		dst := make([]any, len(batch))
-		for i := range got {
-			dst[i] = &got[i]
-		}
-		sent := time.Now()
-		if s.doFirst(func(conn *sql.Conn) error {
-			if err := conn.QueryRowContext(ctx, "SELECT "+strings.Join(tries, ", ")).Scan(dst...); err != nil {
-				return err
-			}
-			var taken []*sharedCandidate
-			for i, m := range batch {
-				if got[i].Int64 == 1 {
-					taken = append(taken, m)
-				}
-			}
-			return s.hand(ctx, conn, taken, sent)
-		}) != nil {
-			return
-		}
-	}
-	for _, o := range stuck {
-		o.m.log.Debug("the leader is overdue; killing its session", "reason", o.why, "leader", o.rec.Identity, "token", o.rec.Token)
-		err := s.doFirst(func(conn *sql.Conn) error { return o.m.st.kill(ctx, conn, o.m.lock, o.rec, o.why, o.m.log) })
-		if errors.Is(err, ErrKillDenied) {
-			o.m.log.Error("cannot end a stuck leader's session", "err", err, "holder", o.rec.Identity, "conn_id", o.rec.ConnID)
-		}
-	}
+	return err
 }
 
 // hand gives each lock the poll took, in a statement sent at sent, to its
-// candidate, and frees those whose candidate left meanwhile, on conn,
-// before the session serves anyone else: a candidate still on the session
-// frees its lock itself if it leaves now (leave).
+// candidate, and frees those whose candidate is leaving, on conn, before
+// the session serves anyone else: a candidate that starts to leave later
+// frees its lock itself (leave).
 func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*sharedCandidate, sent time.Time) error {
 	var orphans []string
 	s.mu.Lock()
 	for _, m := range taken {
-		if s.members[m.lock] == m && m.waiting {
+		if !m.left && m.waiting {
 			m.waiting = false
 			m.won <- sent
 		} else {
@@ -492,13 +667,17 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 	if len(orphans) == 0 {
 		return nil
 	}
-	_, err := conn.ExecContext(ctx, "DO "+strings.Join(orphans, ", "))
-	return err
+	if _, err := conn.ExecContext(ctx, "DO "+strings.Join(orphans, ", ")); err != nil {
+		s.fail(err) // a lock no one would free
+		return err
+	}
+	return nil
 }
 
-// renew renews, in one statement, the terms of every candidate that
-// leads on this session, as pinned.renew does for one; a read of those
-// terms follows only when some did not match, to tell which and why.
+// renew renews the terms of every candidate that leads on this session,
+// as pinned.renew does for one, in one statement per lockBatch of them. A
+// read of a batch's terms follows only when some did not match, to tell
+// which and why.
 func (s *sharedSession) renew() {
 	s.mu.Lock()
 	r := s.next
@@ -511,73 +690,85 @@ func (s *sharedSession) renew() {
 	}
 	s.mu.Unlock()
 	defer close(r.done)
-	if len(holding) == 0 {
-		return
-	}
 	r.results = make(map[string]error, len(holding))
+	for len(holding) > 0 {
+		batch := holding[:min(len(holding), lockBatch)]
+		holding = holding[len(batch):]
+		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error { return s.renewBatch(ctx, conn, batch, r.results) })
+		if err != nil {
+			if !errors.Is(err, ErrSessionLost) {
+				// Refused (a lock wait, a deadlock): the terms try again
+				// within their leases.
+				err = fmt.Errorf("%w: keepalive: %w", errTransient, err)
+			}
+			for _, m := range batch {
+				r.results[m.lock] = err
+			}
+		}
+	}
+}
+
+// renewBatch renews the terms of batch on conn and notes each outcome in
+// results.
+func (s *sharedSession) renewBatch(ctx context.Context, conn *sql.Conn, batch []*sharedCandidate, results map[string]error) error {
 	tbl := s.sh.key.tbl
-	locks := make([]string, len(holding))
-	terms := make([]string, len(holding))
-	byLock := make(map[string]*sharedCandidate, len(holding))
-	for i, m := range holding {
-		locks[i], terms[i], byLock[m.lock] = literal(m.lock), text("(?, ?)", m.lock, m.token), m
+	locks := make([]string, len(batch))
+	epochs := make([]string, len(batch))
+	byLock := make(map[string]*sharedCandidate, len(batch))
+	for i, m := range batch {
+		locks[i], epochs[i], byLock[m.lock] = literal(m.lock), literal(m.token), m
 	}
-	in := " r.lock_name IN (" + strings.Join(locks, ", ") + ") AND (r.lock_name, r.epoch) IN (" + strings.Join(terms, ", ") + ")"
-	ctx, cancel := context.WithTimeout(context.Background(), s.sh.key.lease)
-	defer cancel()
-	err := s.doFirst(func(conn *sql.Conn) error {
-		res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.record+"` r LEFT JOIN `"+tbl.candidate+"` c ON c.lock_name = r.lock_name AND c.identity = r.holder "+
-			"SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6) "+
-			"WHERE r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID() AND", s.id)+in)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err == nil && n == int64(2*len(holding)) {
-			for _, m := range holding { // every record, and each one's candidate row, matched
-				r.results[m.lock] = nil
-			}
-			return nil
-		}
-		for _, m := range holding {
-			r.results[m.lock] = fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
-		}
-		rows, err := conn.QueryContext(ctx, text("SELECT r.lock_name, IS_USED_LOCK(r.lock_name), r.epoch, r.conn_id = ?, r.demote_epoch <=> r.epoch, r.handover_to "+
-			"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")", s.id))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				lock          string
-				owner         sql.NullInt64
-				epoch         uint64
-				ours, demoted bool
-				handTo        sql.NullString
-			)
-			if err := rows.Scan(&lock, &owner, &epoch, &ours, &demoted, &handTo); err != nil {
-				return err
-			}
-			switch m := byLock[lock]; {
-			case !owner.Valid || uint64(owner.Int64) != s.id:
-				r.results[lock] = fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, s.id)
-			case !ours || epoch != m.token:
-				r.results[lock] = fmt.Errorf("%w: the record names another term", ErrLockLost)
-			case demoted:
-				r.results[lock] = demotion(handTo)
-			default:
-				// Renewed: what made the record match cannot have come back
-				// between the two statements.
-				r.results[lock] = nil
-			}
-		}
-		return rows.Err()
-	})
+	// The pairs need not be matched: a record that names this session,
+	// whose lock this session holds, names the term its candidate started
+	// last on it, which is the one it holds (one candidate per election on
+	// a session); the epochs only narrow the match further.
+	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.record+"` r LEFT JOIN `"+tbl.candidate+"` c ON c.lock_name = r.lock_name AND c.identity = r.holder "+
+		"SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6) "+
+		"WHERE r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID() AND ", s.id)+
+		"r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+")")
 	if err != nil {
-		for _, m := range holding {
-			r.results[m.lock] = fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == int64(2*len(batch)) {
+		for _, m := range batch { // every record, and each one's candidate row, matched
+			results[m.lock] = nil
+		}
+		return nil
+	}
+	for _, m := range batch {
+		results[m.lock] = fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
+	}
+	rows, err := conn.QueryContext(ctx, text("SELECT r.lock_name, IS_USED_LOCK(r.lock_name), r.epoch, r.conn_id = ?, r.demote_epoch <=> r.epoch, r.handover_to "+
+		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")", s.id))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			lock          string
+			owner         sql.NullInt64
+			epoch         uint64
+			ours, demoted bool
+			handTo        sql.NullString
+		)
+		if err := rows.Scan(&lock, &owner, &epoch, &ours, &demoted, &handTo); err != nil {
+			return err
+		}
+		switch m := byLock[lock]; {
+		case !owner.Valid || uint64(owner.Int64) != s.id:
+			results[lock] = fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, s.id)
+		case !ours || epoch != m.token:
+			results[lock] = fmt.Errorf("%w: the record names another term", ErrLockLost)
+		case demoted:
+			results[lock] = demotion(handTo)
+		default:
+			// Renewed: what made the record match cannot have come back
+			// between the two statements.
+			results[lock] = nil
 		}
 	}
+	return rows.Err()
 }
 
 // acquire waits, on a shared session, until this candidate has won the
@@ -593,7 +784,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 		if try {
 			var got sql.NullInt64
 			sent = time.Now()
-			if err := m.s.do(func(conn *sql.Conn) error {
+			if err := m.s.do(func(ctx context.Context, conn *sql.Conn) error {
 				return conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, 0)", lock)).Scan(&got)
 			}); err != nil {
 				m.leave()
@@ -617,9 +808,9 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 				return won{}, ctx.Err()
 			}
 		}
-		delay, p, err := m.start(ctx)
+		alive, delay, p, err := m.start(ctx)
 		if err == nil {
-			return won{h: m, token: m.token, sent: sent, delay: delay, p: p}, nil
+			return won{h: m, token: m.token, sent: later(sent, alive), delay: delay, p: p}, nil
 		}
 		if !errors.Is(err, errYield) || try {
 			if errors.Is(err, errYield) {
@@ -630,7 +821,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 		}
 		// A hand-over to another candidate is pending: give the lock back,
 		// and let the target take it before this one tries again.
-		if err := m.s.do(func(conn *sql.Conn) error {
+		if err := m.s.do(func(ctx context.Context, conn *sql.Conn) error {
 			_, err := conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", lock))
 			return err
 		}); err != nil {
@@ -644,12 +835,21 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 	}
 }
 
-// start opens the term on the session, as pinned.startTerm does.
-func (m *sharedCandidate) start(ctx context.Context) (delay time.Duration, p predecessor, err error) {
+// start opens the term, as pinned.startTerm does, through the pool: the
+// session holds the lock, and the record names the session, which any
+// session may write (see docs/protocol.md, "Shared sessions"). It returns
+// when the session last ran a statement before the start: the term's lease
+// may count from there, since the lock was the session's then (it is until
+// the session ends), and the claim, which stamps the record, was sent
+// after it, so the lease ends before the record goes stale.
+func (m *sharedCandidate) start(ctx context.Context) (alive time.Time, delay time.Duration, p predecessor, err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.st.cfg.tryLimit())
 	defer cancel()
-	err = m.s.do(func(conn *sql.Conn) (err error) {
-		m.token, delay, p, err = termStart{m.st, m.lock, m.s.id}.open(ctx, conn)
+	err = m.s.sh.spared(ctx, func() (err error) {
+		m.s.mu.Lock()
+		alive = m.s.alive
+		m.s.mu.Unlock()
+		m.token, delay, p, err = termStart{m.st, m.lock, m.s.id}.open(ctx, m.st.db)
 		return err
 	})
 	if err == nil {
@@ -657,17 +857,21 @@ func (m *sharedCandidate) start(ctx context.Context) (delay time.Duration, p pre
 		m.holding = true
 		m.s.mu.Unlock()
 	}
-	return delay, p, err
+	return alive, delay, p, err
 }
 
 // leave gives up the candidate's locks on the session and removes it; the
 // last candidate to leave closes the session.
 func (m *sharedCandidate) leave() {
 	s := m.s
-	ctx, cancel := context.WithTimeout(context.Background(), m.st.cfg.Interval)
-	defer cancel()
-	s.do(func(conn *sql.Conn) error {
+	s.mu.Lock()
+	m.left = true
+	s.mu.Unlock()
+	s.do(func(ctx context.Context, conn *sql.Conn) error {
 		_, err := conn.ExecContext(ctx, text("DO RELEASE_LOCK(?), RELEASE_LOCK(?)", m.lock, candidateLock(m.lock, m.st.cfg.Identity)))
+		if err != nil {
+			s.fail(err) // locks no one would free
+		}
 		return err
 	})
 	s.sh.mu.Lock()
@@ -677,12 +881,7 @@ func (m *sharedCandidate) leave() {
 	if last && s.err == nil {
 		s.err = fmt.Errorf("%w: the shared session %d was closed", ErrSessionLost, s.id)
 		close(s.lost)
-		for i, o := range s.sh.sessions {
-			if o == s {
-				s.sh.sessions = append(s.sh.sessions[:i], s.sh.sessions[i+1:]...)
-				break
-			}
-		}
+		s.sh.forget(s)
 	}
 	s.mu.Unlock()
 	s.sh.mu.Unlock()
@@ -693,17 +892,12 @@ func (m *sharedCandidate) leave() {
 	s.sh.done()
 }
 
-// begin writes the term's history through the pool, a few starts at a
-// time: a process that wins many elections at once must not open a
-// session for each.
+// begin writes the term's history through the pool, a few terms at a
+// time (spared).
 func (m *sharedCandidate) begin(ctx context.Context, started time.Time, p predecessor) error {
-	select {
-	case m.s.sh.starts <- struct{}{}:
-		defer func() { <-m.s.sh.starts }()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return termStart{m.st, m.lock, m.s.id}.writeHistory(ctx, m.st.db, m.token, p, started)
+	return m.s.sh.spared(ctx, func() error {
+		return termStart{m.st, m.lock, m.s.id}.writeHistory(ctx, m.st.db, m.token, p, started)
+	})
 }
 
 // renew waits for the session's next renewal, which is sent after this
@@ -730,7 +924,7 @@ func (m *sharedCandidate) renew(ctx context.Context) error {
 // the session, in one use of it, so that no renewal comes between.
 func (m *sharedCandidate) release(ctx context.Context, end ending) error {
 	m.stopRenewing()
-	return m.s.do(func(conn *sql.Conn) error {
+	return m.s.do(func(ctx context.Context, conn *sql.Conn) error {
 		if err := m.st.endTerm(ctx, conn, m.lock, m.token, end); err != nil {
 			return err
 		}

@@ -89,15 +89,7 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	// transactions, one shared session, and what the pool keeps idle (2 by
 	// default) for the shared session's history writes and fenced
 	// transactions.
-	const most = 4 + 4 + 1 + 2
-	for _, p := range []struct {
-		name string
-		db   *sql.DB
-	}{{"a", a}, {"b", b}} {
-		if open := p.db.Stats().OpenConnections; open > most {
-			t.Errorf("pool %s holds %d sessions for %d elections, want at most %d", p.name, open, n, most)
-		}
-	}
+	assertSessions(t, 4+4+1+2, n, a, b)
 	led, bySession := ledBy("a")
 	var shared uint64
 	for id, k := range bySession {
@@ -178,4 +170,74 @@ func TestManyElectionsShareSessions(t *testing.T) {
 		t.Fatal("no fenced write was accepted")
 	}
 	t.Logf("%d fenced writes in %d elections; a led on sessions %v before the kill", writes, len(last), bySession)
+}
+
+// A process joining a thousand elections beside a process that leads all
+// of them costs that leader no term: the joiner checks the tables once,
+// takes its candidate locks in a statement per batch and writes its rows
+// through a few pool sessions, so the leader's renewals never wait for it.
+func TestJoiningIsHarmless(t *testing.T) {
+	needGetLock(t)
+	t.Parallel()
+	const n = 1000
+	dbName := server.NewDatabase(t)
+	admin := server.Open(t, dbName)
+	ctx := ctxFor(t, 3*time.Minute)
+	cfg := election.Config{Strategy: election.GetLock, Interval: time.Second, Lease: 5 * time.Second, Margin: time.Second}
+	runCtx, stop := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	defer func() { stop(); running.Wait() }()
+	var mu sync.Mutex
+	var started, lost int
+	join := func(db *sql.DB, holder string) {
+		for i := range n {
+			c := cfg
+			c.Identity = holder
+			e := newElectorWith(t, db, fmt.Sprintf("e%04d", i), c)
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				e.Run(runCtx, func(ctx context.Context, term *election.Term) error {
+					mu.Lock()
+					started++
+					mu.Unlock()
+					<-ctx.Done()
+					if runCtx.Err() == nil {
+						mu.Lock()
+						lost++
+						mu.Unlock()
+						t.Errorf("%s lost its term of %s: %v", holder, e.Name(), term.Err())
+					}
+					return nil
+				})
+			}()
+		}
+	}
+	a, b := server.Open(t, dbName), server.Open(t, dbName)
+	join(a, "a")
+	waitFor(t, "a to lead every election", time.Minute, func() bool { mu.Lock(); defer mu.Unlock(); return started == n })
+	join(b, "b")
+	waitFor(t, "b's candidates to join", time.Minute, func() bool {
+		var joined int
+		admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM election_candidate WHERE identity = 'b'").Scan(&joined)
+		return joined == n
+	})
+	time.Sleep(cfg.Lease + cfg.Margin) // every lease a's terms held when b joined has been renewed since
+	assertSessions(t, 4+1+2, n, a, b)
+	mu.Lock()
+	defer mu.Unlock()
+	if lost > 0 || started != n {
+		t.Errorf("%d terms lost, %d started; want none lost, %d started", lost, started, n)
+	}
+}
+
+// assertSessions fails the test if any of pools holds more than most
+// sessions for its n elections.
+func assertSessions(t *testing.T, most, n int, pools ...*sql.DB) {
+	t.Helper()
+	for i, db := range pools {
+		if open := db.Stats().OpenConnections; open > most {
+			t.Errorf("pool %d holds %d sessions for %d elections, want at most %d", i, open, n, most)
+		}
+	}
 }

@@ -100,6 +100,19 @@ func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 	return p, nil
 }
 
+// holding is the condition, on the record as r, that a GetLock candidate's
+// session holds the election's lock as its claim and bump are made: a
+// candidate on a shared session starts its term through the pool
+// (sharedCandidate.start), and the session may have ended since its poll
+// took the lock, and another candidate taken it. On a pinned session, which
+// sends them itself, it always holds. A lease holds no lock: "".
+func (s termStart) holding(r string) string {
+	if _, strategy := s.st.settled(); strategy != GetLock {
+		return ""
+	}
+	return text(" AND IS_USED_LOCK("+r+".lock_name) = ?", s.session)
+}
+
 // now is the server's clock at the read.
 func (p predecessor) now() time.Time { return time.UnixMicro(int64(p.nowUS)).UTC() }
 
@@ -192,7 +205,7 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 		demoteAt = p.rec.demoteAt.Int64
 	}
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ? AND "+utcMicros("r.renewed_at")+" = ? AND "+utcMicros("r.demote_at")+" <=> ? AND NOT (",
-		s.lock, p.rec.Token, p.rec.State, p.rec.Renewed.UnixMicro(), demoteAt) + s.handingOver("r") + ")"
+		s.lock, p.rec.Token, p.rec.State, p.rec.Renewed.UnixMicro(), demoteAt) + s.handingOver("r") + ")" + s.holding("r")
 	res, err := q.ExecContext(ctx, set("JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
 		text(", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, ?))", claimed)+where)
 	if err != nil {
@@ -241,7 +254,7 @@ func (s termStart) bump(ctx context.Context, q querier, claimed uint64) (uint64,
 // record, the record follows it.
 func (s termStart) bumpEpoch(ctx context.Context, q querier, claimed uint64) (uint64, error) {
 	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.st.tbl.epoch+"` (lock_name, epoch) "+
-		"SELECT r.lock_name, r.epoch FROM `"+s.st.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? "+
+		"SELECT r.lock_name, r.epoch FROM `"+s.st.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ?"+s.holding("r")+" "+
 		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.st.tbl.epoch+"`.epoch + 1, ?))", s.lock, claimed, s.session, claimed))
 	if err != nil {
 		return 0, during("bumping the epoch", schemaError(s.st.tbl, err))

@@ -196,10 +196,15 @@ func (t *Term) keep() {
 	defer t.onEnd()
 	defer t.h.close()
 	defer t.timer.Stop()
-	// Ticking before begin: a slow begin must not delay the first keepalive.
+	// begin runs beside the keepalives, which a slow begin (a history write
+	// waiting for a pool session) must not delay; the end waits for it.
 	tick := time.NewTicker(t.st.cfg.Interval)
 	defer tick.Stop()
-	t.begin()
+	began := make(chan struct{})
+	go func() {
+		defer close(began)
+		t.begin()
+	}()
 	for {
 		select {
 		case <-t.resign:
@@ -212,6 +217,7 @@ func (t *Term) keep() {
 		}
 		break
 	}
+	<-began // its history row, before the end is written into it
 	// Before finish, whose record of a lost term goes through the pool.
 	t.kept.close()
 	t.finish()
@@ -301,6 +307,14 @@ func (t *Term) finish() {
 	// The reason as history, watch and metrics name it; the error as Err.
 	t.log.Info("term ended", "reason", end.why, "err", reason)
 	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, end.why)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // earlier returns the earlier of a and b.

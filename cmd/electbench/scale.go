@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type scaleRun struct {
 	Small            scalePoint  `json:"small"`
 	Large            scalePoint  `json:"large"`
 	Many             *scalePoint `json:"many_elections,omitempty"`
+	ManyKill         *manyKill   `json:"many_elections_sigkill,omitempty"`
 	StatementsRatio  float64     `json:"statements_ratio"`
 	RoundTripsRatio  float64     `json:"round_trips_ratio"`
 	FailoverP50Ratio float64     `json:"failover_p50_ratio"`
@@ -112,11 +114,19 @@ func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, cont
 		return run, err
 	}
 	if elections > 1 && isLibrary(contender) {
-		many, err := scaleArena(ctx, o, srv, arenaSpec{contender: contender, tm: o.tm, candidates: small, elections: elections}, 0)
+		start := time.Now()
+		var res results
+		spec := arenaSpec{contender: contender, tm: o.tm, candidates: small, elections: elections}
+		var kill manyKill
+		err := benchArena(ctx, srv, spec, &res, func(a *arena) (err error) {
+			kill, err = killBusiest(a, o.limitFor(contender))
+			return err
+		})
 		if err != nil {
-			return run, err
+			return run, fmt.Errorf("%s with %d candidates in %d elections: %w", contender, small, elections, err)
 		}
-		run.Many = &many
+		run.Many = &scalePoint{Cost: res.Costs[0], Verdict: res.Verdicts[0], TookS: time.Since(start).Seconds()}
+		run.ManyKill = &kill
 	}
 	run.StatementsRatio = ratio(run.Large.Cost.QueriesPerSec, run.Small.Cost.QueriesPerSec)
 	run.RoundTripsRatio = ratio(run.Large.Cost.RoundTripsPerSec, run.Small.Cost.RoundTripsPerSec)
@@ -137,6 +147,80 @@ func scaleArena(ctx context.Context, o *options, srv *mysqltest.Server, spec are
 		p.Failover = &sums[0]
 	}
 	return p, nil
+}
+
+// manyKill is the SIGKILL of the process that leads the most elections
+// beyond the first, in an arena of many elections per process.
+type manyKill struct {
+	Led    int     `json:"led"`       // elections the killed process led
+	Again  int     `json:"led_again"` // of those, led again by another process within the limit
+	P50    float64 `json:"failover_p50_s"`
+	P99    float64 `json:"failover_p99_s"`
+	Max    float64 `json:"failover_max_s"`
+	Tokens int     `json:"tokens_not_above"` // new terms whose token was not above the killed one's
+}
+
+// killBusiest SIGKILLs the candidate process that leads the most of the
+// elections beyond the first, and waits until another process has begun a
+// term of each of them: for each, the time from the kill to that term's
+// start, and whether its token is above the killed term's.
+func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
+	a.drain()
+	a.pending = nil              // await hands what arrives after this to the check below
+	leader := map[string]event{} // election → its newest term's start
+	for _, e := range a.log {
+		if e.Ev == "other-start" {
+			leader[e.Election] = e
+		}
+	}
+	led := map[string]int{}
+	for _, e := range leader {
+		led[e.ID]++
+	}
+	var victim string
+	for id, n := range led {
+		if n > led[victim] {
+			victim = id
+		}
+	}
+	p := a.proc(victim)
+	if p == nil {
+		return manyKill{}, errors.New("no process leads any election beyond the first")
+	}
+	old := map[string]uint64{}
+	for name, e := range leader {
+		if e.ID == victim {
+			old[name] = e.Token
+		}
+	}
+	k := manyKill{Led: len(old)}
+	t0 := time.Now()
+	p.cmd.Process.Kill()
+	took := map[string]float64{}
+	a.await(limit, func() bool {
+		for _, e := range a.pending {
+			if _, ok := old[e.Election]; ok && e.Ev == "other-start" && e.ID != victim && e.At > t0.UnixNano() {
+				if _, seen := took[e.Election]; !seen {
+					took[e.Election] = time.Unix(0, e.At).Sub(t0).Seconds()
+					if e.Token <= old[e.Election] {
+						k.Tokens++
+					}
+				}
+			}
+		}
+		a.pending = nil
+		return len(took) == len(old)
+	})
+	var d []float64
+	for _, s := range took {
+		d = append(d, s)
+	}
+	slices.Sort(d)
+	k.Again = len(d)
+	if len(d) > 0 {
+		k.P50, k.P99, k.Max = d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1]
+	}
+	return k, nil
 }
 
 // ratio is large/small; -1 when either was not measured.
@@ -179,12 +263,20 @@ func printScale(w io.Writer, res *scaleResults) {
 	}
 	if len(many) > 0 {
 		fmt.Fprintln(w)
-		tw = newTable(w, "CONTENDER\tPROCESSES\tELECTIONS EACH\tCONNECTIONS\tPER PROCESS\tSTATEMENTS/S\tPER ELECTION\tROUND TRIPS/S\tPER ELECTION\tVIOLATIONS\tTOOK")
+		tw = newTable(w, "CONTENDER\tPROCESSES\tELECTIONS EACH\tALL LED AFTER\tCONNECTIONS\tPER PROCESS\tSTATEMENTS/S\tPER ELECTION\tROUND TRIPS/S\tPER ELECTION\tVIOLATIONS\tTOOK")
 		for _, p := range many {
 			c, k := p.Cost, float64(p.Cost.Elections)
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.2f\t%.1f\t%.2f\t%d\t%s\n", c.Contender, c.Candidates, c.Elections, c.Connections, c.ConnsPerCand,
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%.2f\t%.1f\t%.4f\t%.1f\t%.4f\t%d\t%s\n", c.Contender, c.Candidates, c.Elections, took(c.AllLedS), c.Connections, c.ConnsPerCand,
 				c.QueriesPerSec, c.QueriesPerSec/k, c.RoundTripsPerSec, c.RoundTripsPerSec/k, len(p.Verdict.Violations), took(p.TookS))
 			verdicts = append(verdicts, p.Verdict)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+		tw = newTable(w, "CONTENDER\tKILLED PROCESS LED\tLED AGAIN\tFAILOVER p50\tp99\tMAX\tTOKENS NOT ABOVE")
+		for _, r := range res.Runs {
+			if k := r.ManyKill; k != nil {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", r.Contender, k.Led, k.Again, secs(k.P50), secs(k.P99), secs(k.Max), k.Tokens)
+			}
 		}
 		tw.Flush()
 	}
