@@ -64,7 +64,7 @@ type sessionShare struct {
 
 	users    int           // own plus members, under shares: the share is forgotten at 0
 	spare    chan struct{} // bounds the pool sessions its candidates use at once (spared)
-	tryLimit time.Duration // bounds a statement on its sessions (see sharedSession.do)
+	tryLimit time.Duration // bounds a statement on its sessions: 2W + L (see sharedSession.do)
 	opening  sync.Mutex    // held by a candidate that opens a session, for the others to join it
 
 	mu       sync.Mutex       // held for no I/O
@@ -84,8 +84,6 @@ func shareOf(st *store) *sessionShare {
 	defer shares.Unlock()
 	sh := shares.m[k]
 	if sh == nil {
-		// A lock wait on the session ends at 2W with the server's error,
-		// before this bound: a statement is cut only when it is lost.
 		sh = &sessionShare{key: k, spare: make(chan struct{}, spareSessions), tryLimit: st.cfg.tryLimit() + st.cfg.Lease}
 		shares.m[k] = sh
 	}
@@ -181,7 +179,6 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	// One candidate at a time looks for a session, so that candidates
 	// joining at once open one, not one each; only an opening does I/O.
 	sh.opening.Lock()
-	defer sh.opening.Unlock()
 	sh.mu.Lock()
 	for _, s := range sh.sessions {
 		s.mu.Lock()
@@ -197,11 +194,13 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	if m.s == nil {
 		s, err := sh.open(ctx, st, m)
 		if err != nil {
+			sh.opening.Unlock()
 			sh.done()
 			return nil, err
 		}
 		m.s = s
 	}
+	sh.opening.Unlock()
 	if err := m.enter(ctx); err != nil {
 		m.leave()
 		return nil, err
@@ -315,7 +314,7 @@ func (s *sharedSession) admit() {
 			return nil
 		})
 		if err != nil {
-			for _, m := range append(batch, entering...) {
+			for _, m := range slices.Concat(batch, entering) {
 				m.entered <- err
 			}
 			return
@@ -357,10 +356,12 @@ func (s *sharedSession) tryLocks(ctx context.Context, conn *sql.Conn, locks []st
 // do runs f on the session, one statement sequence at a time, after the
 // loop's (see turns); an error that leaves the session in doubt ends it
 // for every candidate on it.
+//
 // f gets a context of the session's, never a candidate's: the driver
 // drops a connection whose statement's context ends, and with it every
-// candidate's locks. It is bounded as a pinned session's lock waits are,
-// 2W: a statement sent into a partition gives up, one that is only slow
+// candidate's locks. It is bounded by 2W + L: a statement sent into a
+// partition gives up, one that waits for a row lock gets the server's error
+// at 2W first (the session's lock waits), and one that is only slow
 // (thousands of elections on a busy server) is not cut, while each term's
 // own lease still ends it on time.
 func (s *sharedSession) do(f func(ctx context.Context, conn *sql.Conn) error) error {
@@ -381,6 +382,12 @@ func (s *sharedSession) doAs(urgent bool, f func(ctx context.Context, conn *sql.
 	}
 	s.use.take(urgent)
 	defer s.use.give()
+	s.mu.Lock()
+	err = s.err // it may have failed while this waited
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.sh.tryLimit)
 	defer cancel()
 	sent := time.Now()
