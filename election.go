@@ -7,7 +7,12 @@
 // GET_LOCK. The winner bumps a per-election epoch, which is the term's
 // fencing token, and keeps the session busy with keepalives that confirm it
 // still holds the lock. When the leader's process dies the server frees the
-// lock and the next candidate leads milliseconds later. The LeaseRow
+// lock and the next candidate leads milliseconds later. A process in many
+// elections shares sessions: past the first four candidates on a *sql.DB,
+// candidates join one session that holds all their locks, renews all their
+// terms in one statement per Interval and tries all their locks in one per
+// CheckInterval, so that their elections fail over within CheckInterval
+// (Config.OwnSession keeps a candidate on a session of its own). The LeaseRow
 // strategy holds the election with a lease in a row instead, for Galera,
 // multi-primary Group Replication, TiDB and connection-multiplexing
 // proxies, at the price of failing over only after Lease+Margin.
