@@ -3,10 +3,8 @@ package election
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 )
@@ -32,42 +30,58 @@ func newLeaseRow(st *store, log *slog.Logger) *leaseRow {
 // record where GetLock puts the connection id.
 type leaseHold struct {
 	st    *store
+	share *leaseShare // renews the lease, with every other the process holds
 	lock  string
 	id    uint64
 	token uint64
 	row   presence
 }
 
-// acquire tries to take the lease every CheckInterval until it gets it or
-// ctx ends. Each try is one statement while the lease is held, and the
-// claim and the bump (termStart.open) only when it looks free.
+// acquire tries to take the lease until it gets it or ctx ends: at once,
+// then whenever the read of the process's share (leaseShare.awaitFree, one
+// statement per CheckInterval for all its waiting candidates) shows the
+// lease may be free. A try is a read of the record, and the claim and the
+// bump (termStart.open) only when it is free.
 func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, error) {
-	h := &leaseHold{st: l.st, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
+	share := leaseShareOf(l.st)
+	h := &leaseHold{st: l.st, share: share, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
+	w, err := l.win(ctx, h, try)
+	if err != nil {
+		share.done()
+		return w, err
+	}
+	share.hold(h)
+	return w, nil
+}
+
+// win is acquire's loop.
+func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error) {
 	// As for a pinned session, whose lock waits end after 2W: a try stuck
 	// in a network partition gives up, so that the candidate soon tries
 	// again, yet one blocked behind the epoch row of a leader stopped inside
 	// a fenced transaction outlasts it (the server ends that one after W).
+	// A few at a time (spare): a process that joins a thousand elections
+	// at once must not send a thousand statements at once.
 	bounded := func(f func(ctx context.Context) error) error {
 		ctx, cancel := context.WithTimeout(ctx, l.st.cfg.tryLimit())
 		defer cancel()
-		return f(ctx)
+		return h.share.spare.run(ctx, func() error { return f(ctx) })
 	}
 	if err := bounded(func(ctx context.Context) error { return h.row.join(ctx, l.st.db) }); err != nil {
 		return won{}, err
 	}
 	if !try {
-		l.log.Debug("waiting: trying the lease every CheckInterval", "check_interval", l.st.cfg.CheckInterval.String())
+		l.log.Debug("waiting: the lease is read every CheckInterval, for every election this process waits in at once", "check_interval", l.st.cfg.CheckInterval.String())
 	}
 	var seen leaderSeen
-	tick := time.NewTicker(l.st.cfg.CheckInterval)
-	defer tick.Stop()
 	for {
-		sent := time.Now()
 		var (
+			sent  time.Time // the lease counts from the read, once a pool session is free for it
 			delay time.Duration
 			p     predecessor
 		)
 		err := bounded(func(ctx context.Context) (err error) {
+			sent = time.Now()
 			delay, p, err = h.take(ctx)
 			return err
 		})
@@ -81,13 +95,8 @@ func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, err
 		case errors.Is(err, ErrHeld):
 			seen.see(l.log, p.rec.Identity, p.rec.Token)
 		}
-		if err := bounded(func(ctx context.Context) error { return h.row.beatIfDue(ctx, l.st.db) }); err != nil {
+		if err := h.share.awaitFree(ctx, h, &seen, l.log); err != nil {
 			return won{}, err
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return won{}, ctx.Err()
 		}
 	}
 }
@@ -111,36 +120,23 @@ func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor)
 	return termStart{h.st, h.lock, h.id}.writeHistory(ctx, h.st.db, h.token, p, started)
 }
 
-// renew extends the lease in one statement. It fails only when the record
-// names another term or asks this one to step down; a failed statement is
-// transient, retried until the local lease runs out.
-func (h *leaseHold) renew(ctx context.Context) error {
-	renewed, err := h.st.renew(ctx, h.st.db, h.lock, h.token, h.id, "r.state = "+literal(stateLeading))
-	if err != nil {
-		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
-	}
-	if renewed {
-		return nil
-	}
-	var handTo sql.NullString
-	err = h.st.db.QueryRowContext(ctx, text("SELECT handover_to FROM `"+h.st.tbl.record+"` "+
-		"WHERE lock_name = ? AND epoch = ? AND conn_id = ? AND state = ? AND demote_epoch <=> epoch",
-		h.lock, h.token, h.id, stateLeading)).Scan(&handTo)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%w: the record names another term", ErrLockLost)
-	case err != nil:
-		return fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
-	}
-	return demotion(handTo)
-}
+// renew extends the lease in the share's next renewal (leaseShare.renew).
+// It fails only when the record names another term or asks this one to
+// step down; a failed statement is transient, retried until the local
+// lease runs out.
+func (h *leaseHold) renew(ctx context.Context) error { return h.share.renewed(ctx, h) }
 
 // release records why the term ended; a lease ended as anything but
 // "leading" is free for the next candidate's next try.
 func (h *leaseHold) release(ctx context.Context, end ending) error {
+	h.share.unhold(h)
 	return h.st.endTerm(ctx, h.st.db, h.lock, h.token, end)
 }
 
 func (h *leaseHold) lost(ctx context.Context, end ending) error { return h.release(ctx, end) }
 
-func (h *leaseHold) close() {}
+// close ends the hold's use of its share.
+func (h *leaseHold) close() {
+	h.share.unhold(h)
+	h.share.done()
+}

@@ -38,11 +38,16 @@ const ownSessions = 4
 // wins thousands of elections at once opens no more.
 const spareSessions = 4
 
-// spared runs f on the pool while fewer than spareSessions others do.
-func (sh *sessionShare) spared(ctx context.Context, f func() error) error {
+// spare bounds the pool sessions that a share's candidates use at once.
+type spare chan struct{}
+
+func newSpare() spare { return make(spare, spareSessions) }
+
+// run runs f on the pool while fewer than spareSessions others do.
+func (sp spare) run(ctx context.Context, f func() error) error {
 	select {
-	case sh.spare <- struct{}{}:
-		defer func() { <-sh.spare }()
+	case sp <- struct{}{}:
+		defer func() { <-sp }()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -58,12 +63,54 @@ type shareKey struct {
 	interval, lease, margin, checkPeriod time.Duration
 }
 
+// shareKeyOf is the key of st's candidates.
+func shareKeyOf(st *store) shareKey {
+	return shareKey{st.db, st.tbl, st.cfg.Interval, st.cfg.Lease, st.cfg.Margin, st.cfg.CheckInterval}
+}
+
+// registry keeps one T per shareKey while it has users: the sessions of
+// GetLock candidates (shares), the batched statements of LeaseRow ones
+// (leaseShares).
+type registry[T any] struct {
+	mu    sync.Mutex
+	m     map[shareKey]*T
+	users map[shareKey]int
+}
+
+func newRegistry[T any]() *registry[T] {
+	return &registry[T]{m: map[shareKey]*T{}, users: map[shareKey]int{}}
+}
+
+// use returns k's T, made by create for its first user, counted as one
+// more user.
+func (r *registry[T]) use(k shareKey, create func() *T) *T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m[k] == nil {
+		r.m[k] = create()
+	}
+	r.users[k]++
+	return r.m[k]
+}
+
+// done counts one user of k's T less, forgets it when it has none, and
+// reports whether that was the last.
+func (r *registry[T]) done(k shareKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.users[k]--; r.users[k] > 0 {
+		return false
+	}
+	delete(r.m, k)
+	delete(r.users, k)
+	return true
+}
+
 // sessionShare is the sessions of the GetLock candidates of one shareKey.
 type sessionShare struct {
 	key shareKey
 
-	users    int           // own plus members, under shares: the share is forgotten at 0
-	spare    chan struct{} // bounds the pool sessions its candidates use at once (spared)
+	spare    spare         // bounds the pool sessions its candidates use at once
 	tryLimit time.Duration // bounds a statement on its sessions: 2W + L (see sharedSession.do)
 	opening  sync.Mutex    // held by a candidate that opens a session, for the others to join it
 
@@ -72,33 +119,19 @@ type sessionShare struct {
 	sessions []*sharedSession // open, not lost
 }
 
-var shares = struct {
-	sync.Mutex
-	m map[shareKey]*sessionShare
-}{m: map[shareKey]*sessionShare{}}
+var shares = newRegistry[sessionShare]()
 
-// shareOf returns the share of st's candidates, counted as one more user.
+// shareOf returns the share of st's candidates, counted as one more user
+// (own or member).
 func shareOf(st *store) *sessionShare {
-	k := shareKey{st.db, st.tbl, st.cfg.Interval, st.cfg.Lease, st.cfg.Margin, st.cfg.CheckInterval}
-	shares.Lock()
-	defer shares.Unlock()
-	sh := shares.m[k]
-	if sh == nil {
-		sh = &sessionShare{key: k, spare: make(chan struct{}, spareSessions), tryLimit: st.cfg.tryLimit() + st.cfg.Lease}
-		shares.m[k] = sh
-	}
-	sh.users++
-	return sh
+	k := shareKeyOf(st)
+	return shares.use(k, func() *sessionShare {
+		return &sessionShare{key: k, spare: newSpare(), tryLimit: st.cfg.tryLimit() + st.cfg.Lease}
+	})
 }
 
-// done counts one user less, and forgets the share when it has none.
-func (sh *sessionShare) done() {
-	shares.Lock()
-	defer shares.Unlock()
-	if sh.users--; sh.users == 0 {
-		delete(shares.m, sh.key)
-	}
-}
+// done counts one user less.
+func (sh *sessionShare) done() { shares.done(sh.key) }
 
 // takeOwn reports whether the next candidate, which may insist, pins a
 // session of its own.
@@ -250,7 +283,7 @@ func (m *sharedCandidate) enter(ctx context.Context) error {
 		case err := <-m.entered:
 			if err == nil {
 				row := presence{st: m.st, lock: m.lock}
-				return s.sh.spared(ctx, func() error { return row.join(ctx, m.st.db) })
+				return s.sh.spare.run(ctx, func() error { return row.join(ctx, m.st.db) })
 			}
 			if !errors.Is(err, errBusy) {
 				return during("setting up the session", refusal(err))
@@ -852,7 +885,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 func (m *sharedCandidate) start(ctx context.Context) (alive time.Time, delay time.Duration, p predecessor, err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.st.cfg.tryLimit())
 	defer cancel()
-	err = m.s.sh.spared(ctx, func() (err error) {
+	err = m.s.sh.spare.run(ctx, func() (err error) {
 		m.s.mu.Lock()
 		alive = m.s.alive
 		m.s.mu.Unlock()
@@ -900,9 +933,9 @@ func (m *sharedCandidate) leave() {
 }
 
 // begin writes the term's history through the pool, a few terms at a
-// time (spared).
+// time (spare).
 func (m *sharedCandidate) begin(ctx context.Context, started time.Time, p predecessor) error {
-	return m.s.sh.spared(ctx, func() error {
+	return m.s.sh.spare.run(ctx, func() error {
 		return termStart{m.st, m.lock, m.s.id}.writeHistory(ctx, m.st.db, m.token, p, started)
 	})
 }
