@@ -54,22 +54,32 @@ func (ls *leaseShare) done() {
 // holdKey names a hold in a renewal's results.
 func holdKey(h *leaseHold) string { return fmt.Sprintf("%p", h) }
 
-// run reads every CheckInterval and, on a goroutine of its own so that no
-// read can delay it, renews every Interval, until the last user is done;
-// limit bounds each statement.
+// run renews every Interval and reads every CheckInterval until the last
+// user is done; limit bounds each statement.
 func (ls *leaseShare) run(beatEvery, limit time.Duration) {
 	defer close(ls.gone)
-	var renewing sync.WaitGroup
-	renewing.Go(func() { every(ls.stop, ls.key.interval, func() { ls.renew(limit) }) })
-	every(ls.stop, ls.key.checkPeriod, func() { ls.read(beatEvery, limit) })
-	renewing.Wait()
+	renew := time.NewTicker(ls.key.interval)
+	defer renew.Stop()
+	read := time.NewTicker(ls.key.checkPeriod)
+	defer read.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-renew.C:
+			ls.renew(limit)
+		case <-read.C:
+			ls.read(beatEvery, limit)
+		}
+	}
 }
 
 // renew renews, in a statement per lockBatch, the leases of every term its
 // candidates hold: the statement matches a record only while it names the
-// term (its election, epoch and candidate id; ids are drawn at random per
-// candidate, so one names the election and the term it holds) in state
-// leading, with no demotion pending. A read of a batch's records follows only when fewer matched
+// term (its election, epoch and
+// candidate id; ids are drawn at random per candidate, so one names the
+// election and the term it holds) in state leading, with no demotion
+// pending. A read of a batch's records follows only when fewer matched
 // than were named, to tell which did not and why.
 func (ls *leaseShare) renew(limit time.Duration) {
 	ls.mu.Lock()

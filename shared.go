@@ -530,7 +530,7 @@ func (s *sharedSession) run() {
 	renewing := make(chan struct{})
 	go func() {
 		defer close(renewing)
-		every(s.quit, s.sh.key.interval, s.renew)
+		s.every(s.sh.key.interval, s.renew)
 	}()
 	defer func() { <-renewing }()
 	poll := time.NewTicker(s.sh.key.checkPeriod)
@@ -547,13 +547,13 @@ func (s *sharedSession) run() {
 	}
 }
 
-// every runs f every period until stop is closed.
-func every(stop <-chan struct{}, period time.Duration, f func()) {
+// every runs f every period until the session is to stop.
+func (s *sharedSession) every(period time.Duration, f func()) {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-s.quit:
 			return
 		case <-tick.C:
 			f()
