@@ -89,7 +89,7 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	// transactions, one shared session, and what the pool keeps idle (2 by
 	// default) for the shared session's history writes and fenced
 	// transactions.
-	assertSessions(t, 4+4+1+2, n, a, b)
+	assertSessions(t, 10*time.Second, 4+4+1+2, n, a, b)
 	led, bySession := ledBy("a")
 	var shared uint64
 	for id, k := range bySession {
@@ -233,7 +233,7 @@ func joiningIsHarmless(t *testing.T, s election.Strategy) {
 	if s == election.GetLock {
 		most += 4 + 1
 	}
-	assertSessions(t, most, n, a, b)
+	assertSessions(t, time.Minute, most, n, a, b)
 	mu.Lock()
 	defer mu.Unlock()
 	if lost > 0 || started != n {
@@ -241,13 +241,23 @@ func joiningIsHarmless(t *testing.T, s election.Strategy) {
 	}
 }
 
-// assertSessions fails the test if any of pools holds more than most
-// sessions for its n elections.
-func assertSessions(t *testing.T, most, n int, pools ...*sql.DB) {
+// assertSessions fails the test unless each of pools holds at most most
+// sessions for its n elections within the time given: the first tries of
+// candidates that just joined go through a few pool sessions at a time, and
+// on a loaded server they may still run when the test looks.
+func assertSessions(t *testing.T, within time.Duration, most, n int, pools ...*sql.DB) {
 	t.Helper()
-	for i, db := range pools {
-		if open := db.Stats().OpenConnections; open > most {
-			t.Errorf("pool %d holds %d sessions for %d elections, want at most %d", i, open, n, most)
+	deadline := time.Now().Add(within)
+	for i := 0; i < len(pools); {
+		st := pools[i].Stats()
+		switch {
+		case st.OpenConnections <= most:
+			i++
+		case time.Now().After(deadline):
+			t.Errorf("pool %d holds %d sessions (%d in use) for %d elections after %v, want at most %d", i, st.OpenConnections, st.InUse, n, within, most)
+			i++
+		default:
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
