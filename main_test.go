@@ -392,39 +392,47 @@ func writesBy(db *sql.DB, holder string) int {
 	return n
 }
 
+// checkWritesPer asserts the fencing invariant per election (or shard)
+// over the accepted writes query returns, as (key, token, holder) in
+// commit order: each key's tokens never decrease, and no token has two
+// holders. It returns the number of writes and of keys.
+func checkWritesPer(t testing.TB, db *sql.DB, query string) (writes, keys int) {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	last, holders := map[string]uint64{}, map[uint64]string{}
+	for rows.Next() {
+		var (
+			key, holder string
+			token       uint64
+		)
+		if err := rows.Scan(&key, &token, &holder); err != nil {
+			t.Fatal(err)
+		}
+		if token < last[key] {
+			t.Errorf("%s accepted a stale write: token %d after %d", key, token, last[key])
+		}
+		if h, ok := holders[token]; ok && h != holder {
+			t.Errorf("token %d written by %s and %s", token, h, holder)
+		}
+		last[key], holders[token] = token, holder
+		writes++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return writes, len(last)
+}
+
 // checkWrites asserts the fencing invariant over every accepted write: in
 // commit order tokens never decrease and no token has two holders. It
 // returns the number of writes.
 func checkWrites(t testing.TB, db *sql.DB) int {
 	t.Helper()
-	rows, err := db.Query("SELECT id, token, holder FROM writes ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var (
-		n       int
-		last    uint64
-		holders = map[uint64]string{}
-	)
-	for rows.Next() {
-		var id, token uint64
-		var holder string
-		if err := rows.Scan(&id, &token, &holder); err != nil {
-			t.Fatal(err)
-		}
-		if token < last {
-			t.Errorf("stale write accepted: write %d carries token %d after token %d was written", id, token, last)
-		}
-		if h, ok := holders[token]; ok && h != holder {
-			t.Errorf("token %d used by two holders: %s and %s", token, h, holder)
-		}
-		holders[token], last = holder, token
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := checkWritesPer(t, db, "SELECT 'the election', token, holder FROM writes ORDER BY id")
 	return n
 }
 
@@ -493,13 +501,16 @@ func childMain() int {
 	if os.Getenv("ELECTION_CHILD_STRATEGY") == election.LeaseRow.String() {
 		cfg.Strategy = election.LeaseRow
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if n, _ := strconv.Atoi(os.Getenv("ELECTION_CHILD_SHARDS")); n > 0 {
+		return shardMember(ctx, emit, db, id, n, cfg)
+	}
 	e, err := election.New(db, os.Getenv("ELECTION_CHILD_NAME"), cfg)
 	if err != nil {
 		emit(event{Ev: "error", ID: id, Reason: err.Error()})
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
 	err = e.Run(ctx, func(ctx context.Context, term *election.Term) error {
 		emit(event{Ev: "start", ID: id, Token: term.Token()})
 		defer func() { emit(event{Ev: "end", ID: id, Token: term.Token(), Reason: fmt.Sprint(term.Err())}) }()
@@ -566,6 +577,8 @@ type group struct {
 	dsn   string
 	name  string
 	procs map[string]*exec.Cmd
+
+	shards int // when set, each process is a member of group name with that many shards
 }
 
 func newGroup(t testing.TB, s election.Strategy, dsn, name string) *group {
@@ -587,7 +600,7 @@ func writingGroup(t testing.TB, s election.Strategy, name string, n int) (*sql.D
 func (g *group) start(id string) {
 	g.t.Helper()
 	cmd, _ := g.Start("ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name,
-		"ELECTION_CHILD_STRATEGY="+g.s.String())
+		"ELECTION_CHILD_STRATEGY="+g.s.String(), "ELECTION_CHILD_SHARDS="+strconv.Itoa(g.shards))
 	g.procs[id] = cmd
 	g.t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGCONT)

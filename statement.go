@@ -113,3 +113,12 @@ func drop(conn *sql.Conn) {
 	conn.Raw(func(any) error { return driver.ErrBadConn })
 	conn.Close()
 }
+
+// literals joins ss as SQL string literals.
+func literals(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = literal(s)
+	}
+	return strings.Join(q, ", ")
+}

@@ -8,6 +8,7 @@
 //	electctl [flags] watch NAME             print every change of leader until interrupted
 //	electctl [flags] history NAME           past terms, newest first
 //	electctl [flags] candidates NAME        who is in the race
+//	electctl [flags] shards GROUP           who owns which shard of GROUP (election.Shards)
 //	electctl [flags] demote NAME            force a re-election
 //	electctl [flags] handover NAME ID       hand leadership to the live candidate ID
 //	electctl [flags] remove NAME            delete an election nobody campaigns in
@@ -94,6 +95,7 @@ commands:
   watch NAME             print every change of leader until interrupted
   history NAME           past terms, newest first
   candidates NAME        who is in the race
+  shards GROUP           who owns which shard of GROUP (exit 3 if one has no owner)
   demote NAME            force a re-election
   handover NAME ID       hand leadership to the live candidate ID
   remove NAME            delete an election nobody campaigns in (refused, 5, while one does)
@@ -125,7 +127,7 @@ const (
 
 // commands: name -> positional arguments (a trailing ? marks optional).
 var commands = map[string][]string{
-	"status": {"NAME?"}, "watch": {"NAME"}, "history": {"NAME"}, "candidates": {"NAME"},
+	"status": {"NAME?"}, "watch": {"NAME"}, "history": {"NAME"}, "candidates": {"NAME"}, "shards": {"GROUP"},
 	"demote": {"NAME"}, "handover": {"NAME", "ID"}, "remove": {"NAME"}, "check": {"NAME", "ID"}, "schema": nil,
 	"run": {"NAME", "--", "CMD", "[ARG...]"},
 }
@@ -233,6 +235,8 @@ func (c *cli) dispatch(ctx context.Context, cmd string, pos []string) int {
 		return c.history(ctx, pos[0])
 	case "candidates":
 		return c.candidates(ctx, pos[0])
+	case "shards":
+		return c.shards(ctx, pos[0])
 	case "demote":
 		return c.demote(ctx, pos[0], "")
 	case "handover":

@@ -25,7 +25,8 @@ type Event struct {
 	OK     bool   `json:"ok,omitempty"`
 	Fenced bool   `json:"fenced,omitempty"`
 	Reason string `json:"reason,omitempty"`
-	At     int64  `json:"at"` // wall clock, Unix ns: the processes share the machine's clock
+	Shard  int    `json:"shard,omitempty"` // of a group's member (election.Shards)
+	At     int64  `json:"at"`              // wall clock, Unix ns: the processes share the machine's clock
 }
 
 // Time returns when the event happened.
