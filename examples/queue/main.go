@@ -23,6 +23,17 @@
 // them by the job's id) or send the token along for the other store to
 // check (election.Fence).
 //
+// With -shards N the queue is partitioned (job i in partition i mod N)
+// and every instance is a member of a group of N shards
+// (election.Shards): each partition is consumed by the owner of its shard,
+// with that shard's term, and the shards spread evenly over the instances.
+// Every instance must be given the same N.
+//
+//	go run ./examples/queue -id a -shards 8 -enqueue 200
+//	ELECTION_DSN=... go run ./examples/queue -id b -shards 8
+//	ELECTION_DSN=... go run ./examples/queue -id c -shards 8
+//	ELECTION_DSN=... electctl shards queue     # who consumes which partition
+//
 // Kill the instance that does the jobs (Ctrl-C, or kill -9) and watch the
 // other carry on where it stopped. Without $ELECTION_DSN an instance starts
 // a private throwaway MariaDB from the mariadbd on PATH; with it,
@@ -52,12 +63,13 @@ import (
 var schema = []string{
 	`CREATE TABLE IF NOT EXISTS jobs (
 		id            BIGINT AUTO_INCREMENT PRIMARY KEY,
+		part          INT NOT NULL DEFAULT 0,            -- the partition: its shard's owner consumes it
 		payload       VARCHAR(255) NOT NULL,
 		state         VARCHAR(8) NOT NULL DEFAULT 'new', -- new, claimed or done
 		claimed_token BIGINT UNSIGNED NULL,              -- the term that claimed it last
 		attempts      INT NOT NULL DEFAULT 0,            -- claims: above 1 after a failover mid-job
 		done_at       DATETIME(6) NULL,
-		KEY (state, id)
+		KEY (part, state, id)
 	)`,
 	`CREATE TABLE IF NOT EXISTS job_log (
 		id      BIGINT AUTO_INCREMENT PRIMARY KEY,
@@ -77,15 +89,16 @@ func main() {
 	id := flag.String("id", "", "this instance's identity (default host-pid-random)")
 	n := flag.Int("enqueue", 0, "add this many jobs to the queue first")
 	work := flag.Duration("work", 100*time.Millisecond, "how long each job takes")
+	shards := flag.Int("shards", 0, "partition the queue over this many shards (the same on every instance); 0: one election")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *id, *n, *work); err != nil {
+	if err := run(ctx, *id, *n, *work, *shards); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, id string, n int, work time.Duration) error {
+func run(ctx context.Context, id string, n int, work time.Duration, shards int) error {
 	db, cleanup, err := exampledb.Pool(ctx, "queue")
 	if err != nil {
 		return err
@@ -94,39 +107,60 @@ func run(ctx context.Context, id string, n int, work time.Duration) error {
 	if err := setup(ctx, db); err != nil {
 		return err
 	}
-	if err := enqueue(ctx, db, n); err != nil {
+	if err := enqueue(ctx, db, n, max(shards, 1)); err != nil {
 		return err
 	}
-	e, err := election.New(db, "queue", election.Config{Identity: id})
+	cfg := election.Config{Identity: id}
+	if shards > 0 {
+		s, err := election.NewShards(db, "queue", shards, cfg)
+		if err != nil {
+			return err
+		}
+		log.Printf("%s is a member of group queue, of %d shards", id, shards)
+		err = s.Run(ctx, func(ctx context.Context, shard int, t *election.Term) error {
+			return lead(ctx, fmt.Sprintf("%s (shard %d)", id, shard), t, shard, work)
+		})
+		if ctx.Err() != nil {
+			return nil // stopped by a signal
+		}
+		return err
+	}
+	e, err := election.New(db, "queue", cfg)
 	if err != nil {
 		return err
 	}
 	log.Printf("%s is a candidate", e.Identity())
 	err = e.Run(ctx, func(ctx context.Context, t *election.Term) error {
-		log.Printf("%s leads with token %d", e.Identity(), t.Token())
-		for ctx.Err() == nil {
-			job, err := consume(ctx, t, work)
-			if err == nil && job != 0 {
-				log.Printf("%s did job %d with token %d", e.Identity(), job, t.Token())
-				continue
-			}
-			if err != nil && !errors.Is(err, context.Cause(ctx)) {
-				// A failed job stays claimed and is claimed again next; a
-				// stale term's completion is refused with ErrFenced.
-				log.Printf("%s: job not done: %v", e.Identity(), err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(idle):
-			}
-		}
-		log.Printf("%s stops leading: %v", e.Identity(), context.Cause(ctx))
-		return nil
+		return lead(ctx, e.Identity(), t, 0, work)
 	})
 	if ctx.Err() != nil {
 		return nil // stopped by a signal
 	}
 	return err
+}
+
+// lead consumes the jobs of partition part while the term t lasts; who
+// names the consumer in the log.
+func lead(ctx context.Context, who string, t *election.Term, part int, work time.Duration) error {
+	log.Printf("%s leads with token %d", who, t.Token())
+	for ctx.Err() == nil {
+		job, err := consume(ctx, t, part, work)
+		if err == nil && job != 0 {
+			log.Printf("%s did job %d with token %d", who, job, t.Token())
+			continue
+		}
+		if err != nil && !errors.Is(err, context.Cause(ctx)) {
+			// A failed job stays claimed and is claimed again next; a
+			// stale term's completion is refused with ErrFenced.
+			log.Printf("%s: job not done: %v", who, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(idle):
+		}
+	}
+	log.Printf("%s stops leading: %v", who, context.Cause(ctx))
+	return nil
 }
 
 func setup(ctx context.Context, db *sql.DB) error {
@@ -138,19 +172,20 @@ func setup(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-func enqueue(ctx context.Context, db *sql.DB, n int) error {
+// enqueue adds n jobs, spread over parts partitions.
+func enqueue(ctx context.Context, db *sql.DB, n, parts int) error {
 	for i := range n {
-		if _, err := db.ExecContext(ctx, "INSERT INTO jobs (payload) VALUES (?)", fmt.Sprintf("job %d", i+1)); err != nil {
+		if _, err := db.ExecContext(ctx, "INSERT INTO jobs (part, payload) VALUES (?, ?)", i%parts, fmt.Sprintf("job %d", i+1)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// consume claims the oldest job not done, does it and completes it; it
-// returns the job's id, or 0 if the queue is empty.
-func consume(ctx context.Context, t *election.Term, work time.Duration) (int64, error) {
-	job, payload, err := claim(ctx, t)
+// consume claims the oldest job of partition part not done, does it and
+// completes it; it returns the job's id, or 0 if the partition is empty.
+func consume(ctx context.Context, t *election.Term, part int, work time.Duration) (int64, error) {
+	job, payload, err := claim(ctx, t, part)
 	if err != nil || job == 0 {
 		return 0, err
 	}
@@ -166,9 +201,9 @@ func consume(ctx context.Context, t *election.Term, work time.Duration) (int64, 
 // claim marks the oldest job not done as claimed by this term. A job that
 // an earlier term claimed and did not complete (its leader died, or was
 // cut off) is claimed again.
-func claim(ctx context.Context, t *election.Term) (job int64, payload string, err error) {
+func claim(ctx context.Context, t *election.Term, part int) (job int64, payload string, err error) {
 	err = t.Fenced(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, "SELECT id, payload FROM jobs WHERE state <> 'done' ORDER BY id LIMIT 1 FOR UPDATE").Scan(&job, &payload)
+		err := tx.QueryRowContext(ctx, "SELECT id, payload FROM jobs WHERE part = ? AND state <> 'done' ORDER BY id LIMIT 1 FOR UPDATE", part).Scan(&job, &payload)
 		if errors.Is(err, sql.ErrNoRows) {
 			job = 0
 			return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"fmt"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -22,7 +23,7 @@ func TestQueue(t *testing.T) {
 	const jobs = 300
 	ctx := t.Context()
 	dsn, db := emptyQueue(t)
-	if err := enqueue(ctx, db, jobs); err != nil {
+	if err := enqueue(ctx, db, jobs, 1); err != nil {
 		t.Fatal(err)
 	}
 
@@ -81,6 +82,75 @@ func TestQueue(t *testing.T) {
 	}
 }
 
+// Three consumers share a queue of 8 partitions, one shard each
+// (-shards 8): all three consume, each within its share (3 shards). One is
+// SIGKILLed while every partition has jobs left; the others take its
+// shards, and every job is still done exactly once, by the term of its
+// partition's shard whose claim stood.
+func TestShardedQueue(t *testing.T) {
+	const jobs, shards = 800, 8
+	ctx := t.Context()
+	dsn, db := emptyQueue(t)
+	if err := enqueue(ctx, db, jobs, shards); err != nil {
+		t.Fatal(err)
+	}
+	consumers := map[string]*exec.Cmd{}
+	for _, id := range []string{"queue-1", "queue-2", "queue-3"} {
+		consumers[id] = exampletest.Start(t, "QUEUE_MAIN", dsn, "-id", id, "-work", "50ms", "-shards", fmt.Sprint(shards))
+	}
+	owners := func() map[string]int {
+		recs, _ := election.Elections(ctx, db, "")
+		by := map[string]int{}
+		for _, r := range recs {
+			if _, ok := election.ShardOf("queue", r.Name); ok && r.Leading() {
+				by[r.Identity]++
+			}
+		}
+		return by
+	}
+	deadline := time.Now().Add(45 * time.Second)
+	for by := owners(); len(by) != 3 || by["queue-1"]+by["queue-2"]+by["queue-3"] != shards ||
+		by["queue-1"] > 3 || by["queue-2"] > 3 || by["queue-3"] > 3; by = owners() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the 8 shards did not spread over the three consumers, at most 3 each: %v", by)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var left int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(DISTINCT part) FROM jobs WHERE state <> 'done'").Scan(&left); err != nil || left != shards {
+		t.Fatalf("%d partitions have jobs left (%v) once the shards spread, want all %d: enqueue more, or longer jobs", left, err, shards)
+	}
+	killed := owners()["queue-1"]
+	t.Logf("killing queue-1, which owns %d shards", killed)
+	consumers["queue-1"].Process.Kill()
+	consumers["queue-1"].Wait()
+	delete(consumers, "queue-1")
+	waitDone(t, db, jobs)
+	for _, cmd := range consumers {
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for id, cmd := range consumers {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%s did not stop cleanly on SIGTERM: %v", id, err)
+		}
+	}
+	var logged, distinct, matching, terms int
+	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT l.job_id),
+		COALESCE(SUM(l.token = j.claimed_token AND j.state = 'done'), 0), COUNT(DISTINCT l.token)
+		FROM job_log l LEFT JOIN jobs j ON j.id = l.job_id`).Scan(&logged, &distinct, &matching, &terms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs done by %d terms", logged, terms)
+	if logged != jobs || distinct != jobs || matching != jobs {
+		t.Errorf("want %d log rows, one per job, each by the term whose claim marked the job done; got %d rows for %d jobs, %d by that term",
+			jobs, logged, distinct, matching)
+	}
+	if terms < shards+killed {
+		t.Errorf("want jobs done by a term per shard and a later one per shard of queue-1; got %d terms", terms)
+	}
+}
+
 // A job may take longer than the lease: no transaction stays open while it
 // runs. (Done inside a fenced transaction, a job longer than Lease+Margin
 // loses its session to wait_timeout, and is tried again and again.)
@@ -88,7 +158,7 @@ func TestQueueJobLongerThanTheLease(t *testing.T) {
 	const long = election.DefaultLease + election.DefaultMargin + time.Second
 	ctx := t.Context()
 	dsn, db := emptyQueue(t)
-	if err := enqueue(ctx, db, 1); err != nil {
+	if err := enqueue(ctx, db, 1, 1); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exampletest.Start(t, "QUEUE_MAIN", dsn, "-id", "long", "-work", long.String())
