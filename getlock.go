@@ -111,11 +111,12 @@ type pinned struct {
 func deputyLock(lock string) string { return lock + "/deputy" }
 
 // acquire waits for the lock and opens a term, on a session of the
-// candidate's own if it insists (Config.OwnSession) or while the pool has
-// fewer than ownSessions of them, else on a shared session (shared.go).
+// candidate's own if it insists (Config.OwnSession) or, unless it is a
+// shard's, while the pool has fewer than ownSessions of them, else on a
+// shared session (shared.go).
 func (g *getLock) acquire(ctx context.Context, lock string, try bool) (won, error) {
 	sh := shareOf(g.st)
-	if !sh.takeOwn(g.st.cfg.OwnSession) {
+	if !sh.takeOwn(g.st.cfg.OwnSession, g.st.shard) {
 		return sh.acquire(ctx, g, lock, try)
 	}
 	w, err := g.acquireOwn(ctx, lock, try)

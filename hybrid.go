@@ -56,6 +56,7 @@ type store struct {
 
 	tbl   tables
 	first *firstUse // what candidates on db with these tables learn once
+	shard bool      // a shard's (Shards): it never takes one of the pool's own sessions
 
 	mu       sync.Mutex
 	lock     string    // the lock name, once learnt

@@ -1,7 +1,6 @@
 package election
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -61,7 +60,11 @@ func ShardOf(group, name string) (int, bool) {
 
 // NewShards returns this process's member of group, of n shards. Every
 // member of a group must give the same n and a distinct Identity (the
-// default is distinct per process); the Config is each shard's.
+// default is distinct per process); the Config is each shard's. Under
+// GetLock the shards share sessions and leave the pool's first own
+// sessions to the process's other elections; with Config.OwnSession every
+// shard pins a session of its own (n sessions), for failover in
+// milliseconds.
 func NewShards(db *sql.DB, group string, n int, cfg Config) (*Shards, error) {
 	if n < 1 || n > maxShards {
 		return nil, fmt.Errorf("%w: a group has 1 to %d shards, not %d", ErrInvalidConfig, maxShards, n)
@@ -73,6 +76,7 @@ func NewShards(db *sql.DB, group string, n int, cfg Config) (*Shards, error) {
 		if err != nil {
 			return nil, err
 		}
+		e.st.shard = true
 		s.electors = append(s.electors, e)
 	}
 	return s, nil
@@ -96,23 +100,28 @@ func (s *Shards) Owned() []int {
 // retrying cannot fix): then the others end too, and Run returns it once
 // every fn has returned.
 func (s *Shards) Run(ctx context.Context, fn func(ctx context.Context, shard int, t *Term) error) error {
-	run, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	var wg sync.WaitGroup
+	run, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg    sync.WaitGroup
+		first sync.Once
+		err   error // the first shard's Run that ended on its own
+	)
 	for i, e := range s.electors {
 		wg.Go(func() {
-			err := e.Run(run, func(ctx context.Context, t *Term) error { return fn(ctx, i, t) })
+			shardErr := e.Run(run, func(ctx context.Context, t *Term) error { return fn(ctx, i, t) })
 			if run.Err() == nil {
-				stop(fmt.Errorf("shard %d: %w", i, err))
+				first.Do(func() { err = fmt.Errorf("shard %d: %w", i, shardErr) })
+				stop()
 			}
 		})
 	}
 	wg.Go(func() { s.balance(run) })
 	wg.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if err != nil {
+		return err
 	}
-	return context.Cause(run) // a shard's
+	return ctx.Err()
 }
 
 // balance runs a round of rebalancing every Interval plus CheckInterval:
@@ -137,22 +146,33 @@ func (s *Shards) balance(ctx context.Context) {
 // beyond its share.
 func (s *Shards) rebalance(ctx context.Context) error {
 	locks := make([]string, len(s.electors))
+	shardOf := make(map[string]int, len(locks))
 	for i, e := range s.electors {
 		lock, err := e.st.resolveLock(ctx)
 		if err != nil {
 			return err
 		}
-		locks[i] = lock
+		locks[i], shardOf[lock] = lock, i
 	}
 	st := s.electors[0].st
 	recs, err := readRecords(ctx, st.db, st.tbl, "WHERE r.lock_name IN ("+literals(locks)+")")
 	if err != nil {
 		return err
 	}
-	type candidacy struct{ lock, identity string }
+	// A target must campaign in the shard, and under LeaseRow have been
+	// seen within a heartbeat period: a member that died counts as alive
+	// until its rows expire (2L + S), after its leases (L + S).
+	type candidacy struct {
+		shard    int
+		identity string
+	}
+	var lock string
 	rows, err := collect(ctx, st.db, st.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+st.tbl.candidate+"` c WHERE c.lock_name IN ("+
-		literals(locks)+") AND "+alive("c"), func(rows *sql.Rows) (c candidacy, err error) {
-		return c, rows.Scan(&c.lock, &c.identity)
+		literals(locks)+") AND "+alive("c")+" AND (c.strategy = "+literal(GetLock.String())+" OR "+ageMicros("c.seen_at")+" <= "+
+		literal(s.cfg.heartbeatPeriod().Microseconds())+")", func(rows *sql.Rows) (c candidacy, err error) {
+		err = rows.Scan(&lock, &c.identity)
+		c.shard = shardOf[lock]
+		return c, err
 	})
 	if err != nil {
 		return err
@@ -165,19 +185,22 @@ func (s *Shards) rebalance(ctx context.Context) error {
 			members = append(members, c.identity)
 		}
 	}
-	owners := make([]string, len(s.electors))
-	tokens := make([]uint64, len(s.electors))
+	g := group{owners: make([]string, len(locks)), movable: make([]bool, len(locks)), members: members,
+		campaigns: func(shard int, member string) bool { return campaigns[candidacy{shard, member}] }}
+	tokens := make([]uint64, len(locks))
 	for _, r := range recs {
-		if i, ok := ShardOf(s.group, r.Name); ok && i < len(owners) {
-			owners[i], tokens[i] = r.owner(), r.Token
+		if i, ok := ShardOf(s.group, r.Name); ok && i < len(locks) {
+			g.owners[i], g.movable[i] = r.owner(func(m string) bool { return g.campaigns(i, m) })
+			tokens[i] = r.Token
 		}
 	}
-	for _, m := range moves(s.cfg.Identity, owners, members) {
-		if !campaigns[candidacy{locks[m.shard], m.to}] {
-			continue // a hand-over to it would leave the shard unowned; the next round's read moves another
-		}
+	// The hand-over is held for the target only as long as it needs to win
+	// the shard, the owner's next renewal and its own next try: should it
+	// die meanwhile, the others stop giving the shard back soon.
+	hold := 2 * (s.cfg.Interval + s.cfg.CheckInterval)
+	for _, m := range g.moves(s.cfg.Identity) {
 		o := &Operator{st: s.electors[m.shard].st, log: s.log}
-		switch err := o.request(ctx, locks[m.shard], tokens[m.shard], m.to); {
+		switch err := o.request(ctx, locks[m.shard], tokens[m.shard], m.to, hold); {
 		case errors.Is(err, ErrNoLeader): // the term ended meanwhile
 		case err != nil:
 			return err
@@ -188,16 +211,28 @@ func (s *Shards) rebalance(ctx context.Context) error {
 	return nil
 }
 
-// owner is who a shard's record says owns it for rebalancing: the target
-// of a pending hand-over, else the leader, else nobody ("").
-func (r Record) owner() string {
+// owner is whom a shard's record counts for when the spread is evened
+// out, and whether that one may hand it over: the target of a pending
+// hand-over (before and after the leader stepped down, while the target
+// campaigns), else the leader, else nobody ("").
+func (r Record) owner(campaigns func(member string) bool) (string, bool) {
 	switch {
-	case !r.Leading():
-		return ""
-	case r.HandoverTo != "":
-		return r.HandoverTo
+	case r.Leading() && r.HandoverTo == "":
+		return r.Identity, true
+	case r.Leading(), r.State == stateHandedOver && r.HandoverTo != "" && campaigns(r.HandoverTo):
+		return r.HandoverTo, false
 	}
-	return r.Identity
+	return "", false
+}
+
+// group is what a round of rebalancing reads: the owner of each shard (""
+// for none) and whether that owner may hand it over (it leads it, with no
+// hand-over pending), the live members, and who campaigns in which shard.
+type group struct {
+	owners    []string
+	movable   []bool
+	members   []string
+	campaigns func(shard int, member string) bool
 }
 
 // move hands shard over to the member to.
@@ -206,44 +241,51 @@ type move struct {
 	to    string
 }
 
-// moves returns the hand-overs member self makes to even out owners (the
-// owner of each shard, "" for none) over the live members: each member
-// that owns more than ceil(N/M) gives its excess to those that own fewer,
-// matched in the order of their names, so that every member, from the same
-// read, computes the same moves and only makes its own.
-func moves(self string, owners, members []string) []move {
+// moves returns the hand-overs member self makes so that no member owns
+// more than its share, ceil(N/M) of N shards over M live members: each
+// member that owns more gives its excess, shards it leads with no
+// hand-over pending, each to the member that owns fewest among those below
+// their share that campaign in that shard. Givers take turns in the order
+// of their names, and ties go by name, so every member computes the same
+// moves from the same read and makes only its own.
+func (g group) moves(self string) []move {
+	members := slices.Clone(g.members)
 	if !slices.Contains(members, self) {
 		members = append(members, self) // it reads its own rows as they are renewed
 	}
 	slices.Sort(members)
-	owned := map[string][]int{}
-	for i, o := range owners {
+	owned := map[string]int{}
+	for _, o := range g.owners {
 		if o != "" {
-			owned[o] = append(owned[o], i)
+			owned[o]++
 		}
 	}
-	share := (len(owners) + len(members) - 1) / len(members)
-	takers := slices.Clone(members)
-	slices.SortStableFunc(takers, func(a, b string) int { return cmp.Compare(len(owned[a]), len(owned[b])) })
+	share := (len(g.owners) + len(members) - 1) / len(members)
 	var out []move
-	t := 0
 	for _, giver := range members {
-		excess := owned[giver]
-		if len(excess) <= share {
-			continue
-		}
-		excess = excess[share:]
-		for len(excess) > 0 && t < len(takers) {
-			taker := takers[t]
-			if len(owned[taker]) >= share {
-				t++
+		excess := owned[giver] - share
+		for shard, o := range g.owners {
+			if excess <= 0 {
+				break
+			}
+			if o != giver || !g.movable[shard] {
+				continue
+			}
+			to := ""
+			for _, m := range members {
+				if owned[m] < share && g.campaigns(shard, m) && (to == "" || owned[m] < owned[to]) {
+					to = m
+				}
+			}
+			if to == "" {
 				continue
 			}
 			if giver == self {
-				out = append(out, move{shard: excess[0], to: taker})
+				out = append(out, move{shard: shard, to: to})
 			}
-			owned[taker] = append(owned[taker], excess[0])
-			excess = excess[1:]
+			owned[to]++
+			owned[giver]--
+			excess--
 		}
 	}
 	return out

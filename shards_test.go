@@ -62,6 +62,7 @@ func shardsSpread(t *testing.T, s election.Strategy) {
 	g := newGroup(t, s, dsn, "orders")
 	g.shards = n
 	g.spawn(3)
+	dead := "" // the member SIGKILLed: no shard may be handed over to it
 	owned := func() (map[string]int, int) {
 		recs, err := election.Elections(ctx, db, "")
 		if err != nil {
@@ -69,6 +70,9 @@ func shardsSpread(t *testing.T, s election.Strategy) {
 		}
 		by, led := map[string]int{}, 0
 		for _, r := range recs {
+			if r.HandoverTo == dead && dead != "" {
+				t.Fatalf("%s is handed over to %s, which was SIGKILLed", r.Name, dead)
+			}
 			if _, ok := election.ShardOf("orders", r.Name); ok && r.Leading() {
 				by[r.Identity]++
 				led++
@@ -106,6 +110,7 @@ func shardsSpread(t *testing.T, s election.Strategy) {
 	}
 	g.signal(victim, syscall.SIGKILL)
 	killed := time.Now()
+	dead = victim
 	waitFor(t, "the survivors to own every shard, evenly", time.Minute, even(survivors...))
 	t.Logf("%s owned %d shards; the survivors owned all, evenly, %v after its SIGKILL", victim, by[victim], time.Since(killed).Round(time.Millisecond))
 

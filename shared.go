@@ -133,12 +133,12 @@ func shareOf(st *store) *sessionShare {
 // done counts one user less.
 func (sh *sessionShare) done() { shares.done(sh.key) }
 
-// takeOwn reports whether the next candidate, which may insist, pins a
-// session of its own.
-func (sh *sessionShare) takeOwn(insist bool) bool {
+// takeOwn reports whether the next candidate, which may insist or be a
+// shard's, pins a session of its own.
+func (sh *sessionShare) takeOwn(insist, shard bool) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if sh.own >= ownSessions && !insist {
+	if !insist && (shard || sh.own >= ownSessions) {
 		return false
 	}
 	sh.own++

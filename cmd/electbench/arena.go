@@ -29,6 +29,10 @@ type arenaSpec struct {
 	// its one *sql.DB (library contenders); 0 means 1. Only the first,
 	// "bench", writes and is faulted and checked.
 	elections int
+	// shards makes the elections the shards of one group (election.Shards):
+	// "bench/0" writes and is faulted and checked; the group's hand-overs
+	// move it as they move the others.
+	shards bool
 	// faults are those the arena may inject; they decide whether each
 	// candidate needs its own user and fault proxy (isolating).
 	faults []string
@@ -226,7 +230,7 @@ func (a *arena) command(p *proc) *exec.Cmd {
 	}
 	cmd := exec.Command(a.self, "candidate", "-contender", a.contender, "-id", p.id, "-dsn", cfg.FormatDSN(),
 		"-interval", a.tm.Interval.String(), "-lease", a.tm.Lease.String(), "-margin", a.tm.Margin.String(),
-		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String(), "-elections", strconv.Itoa(max(1, a.elections)))
+		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String(), "-elections", strconv.Itoa(max(1, a.elections)), "-shards="+strconv.FormatBool(a.shards))
 	// One OS thread per candidate keeps a thousand candidate processes cheap.
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	// Stderr stays nil, /dev/null: a writer would cost a pipe and a

@@ -23,6 +23,7 @@ type chaosPlan struct {
 	kinds     []string      // the faults to draw from
 	seed      uint64
 	galera    bool // on a private Galera cluster instead of one server
+	shards    int  // each candidate a member of a group of this many shards; 0: one election
 }
 
 // chaosMain injects random faults into one contender, then runs the checker.
@@ -41,10 +42,13 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	} else {
 		defer srv.Close()
 	}
-	if p.kinds = trapsFor(p.contender, faultsFor(srv, cluster, p.kinds)); len(p.kinds) == 0 {
+	// With shards a trap strikes the first shard of the process to reach
+	// its point, which need not be shard 0.
+	if p.kinds = trapsFor(p.contender, p.shards > 0, faultsFor(srv, cluster, p.kinds)); len(p.kinds) == 0 {
 		return errors.New("no fault to draw from: a server given by -dsn is not restarted, and only this library's strategies have traps")
 	}
-	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds, cluster: cluster})
+	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds, cluster: cluster,
+		elections: p.shards, shards: p.shards > 0})
 	if err != nil {
 		return err
 	}
@@ -63,9 +67,12 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if p.shards > 0 {
+		fmt.Fprintf(out, "each candidate a member of a group of %d shards; shard 0 written and checked\n", p.shards)
+	}
 	fmt.Fprintf(out, "chaos: %s, seed %d, %d faults in %v: %v\n", p.contender, p.seed, len(trials), time.Since(start).Round(time.Second), counts)
 	printTable(out, summarize(trials), []verdict{v}, nil)
-	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "faults": counts, "trials": trials, "verdict": v}); err != nil {
+	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "shards": p.shards, "faults": counts, "trials": trials, "verdict": v}); err != nil {
 		return err
 	}
 	if len(v.Violations) > 0 {
@@ -90,6 +97,7 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	faults := fs.String("fault-kinds", join(allFaults), "faults to draw from")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed, to replay a run")
 	galera := fs.Bool("galera", false, "run on a private three-node Galera cluster (installs its packages when missing); lease contender only")
+	shards := fs.Int("shards", 0, "make each candidate a member of a group of this many shards (election.Shards); shard 0 writes and is checked")
 	if err := fs.Parse(args); err != nil {
 		return chaosPlan{}, err
 	}
@@ -103,7 +111,10 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	if err := known("fault", kinds, allFaults); err != nil {
 		return chaosPlan{}, err
 	}
-	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed, galera: *galera}, nil
+	if *shards != 0 && !isLibrary(*contender) {
+		return chaosPlan{}, fmt.Errorf("-shards %d: only this library's contenders have shards", *shards)
+	}
+	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed, galera: *galera, shards: max(0, *shards)}, nil
 }
 
 // server starts what the plan runs on: a Galera cluster, whose HAProxy

@@ -42,6 +42,7 @@ func candidateMain(ctx context.Context, args []string) error {
 	id := fs.String("id", "", "")
 	dsn := fs.String("dsn", "", "")
 	elections := fs.Int("elections", 1, "")
+	shards := fs.Bool("shards", false, "")
 	var tm timing
 	fs.DurationVar(&tm.Interval, "interval", time.Second, "")
 	fs.DurationVar(&tm.Lease, "lease", 5*time.Second, "")
@@ -51,15 +52,16 @@ func candidateMain(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *elections != 1 && !isLibrary(*contender) {
-		return fmt.Errorf("-elections %d: only this library's contenders run several elections", *elections)
+	if (*elections != 1 || *shards) && !isLibrary(*contender) {
+		return fmt.Errorf("-elections %d, -shards: only this library's contenders run several elections", *elections)
 	}
-	return runCandidate(ctx, *contender, *id, *dsn, tm, *elections)
+	return runCandidate(ctx, *contender, *id, *dsn, tm, *elections, *shards)
 }
 
 // runCandidate runs contender as candidate id on dsn until ctx ends; a
-// library contender in elections elections.
-func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, elections int) error {
+// library contender in elections elections, or, with shards, as a member
+// of a group of that many shards.
+func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, elections int, shards bool) error {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return err
@@ -74,7 +76,7 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, ele
 	c.emit(event{Ev: "ready"})
 	switch contender {
 	case libGetLock, libLease:
-		return c.library(ctx, contender, elections)
+		return c.library(ctx, contender, elections, shards)
 	case recipe20:
 		return c.recipe(ctx, 20)
 	case recipeSame:
@@ -186,12 +188,16 @@ func (c *candidate) recorded(ctx context.Context, term string, token uint64, do 
 // library runs this library's electors, all on the candidate's one
 // *sql.DB: one in the election "bench", whose terms write, fenced, and with
 // elections > 1 one each in "bench-1" and on, whose terms only hold. An
-// elector that fails ends them all.
-func (c *candidate) library(ctx context.Context, contender string, elections int) error {
+// elector that fails ends them all. With shards the elections are the
+// shards of the group "bench" (election.Shards), and shard 0 writes.
+func (c *candidate) library(ctx context.Context, contender string, elections int, shards bool) error {
 	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin, CheckInterval: c.tm.Check}
 	cfg.Strategy = election.GetLock
 	if contender == libLease {
 		cfg.Strategy = election.LeaseRow
+	}
+	if shards {
+		return c.member(ctx, max(1, elections), cfg)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -233,6 +239,27 @@ func (c *candidate) elect(ctx context.Context, name string, cfg election.Config,
 		return nil
 	}
 	return fmt.Errorf("election %s: %w", name, err)
+}
+
+// member is a member of the group "bench" of n shards until ctx ends or a
+// shard fails: shard 0's terms write, fenced, the others' only hold.
+func (c *candidate) member(ctx context.Context, n int, cfg election.Config) error {
+	s, err := election.NewShards(c.db, "bench", n, cfg)
+	if err != nil {
+		return err
+	}
+	err = s.Run(ctx, func(ctx context.Context, shard int, t *election.Term) error {
+		if shard == 0 {
+			c.writeFenced(ctx, t)
+		} else {
+			c.hold(ctx, election.ShardName("bench", shard), t)
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // writeFenced is a term of the election the arena watches: it writes,

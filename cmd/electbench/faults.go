@@ -50,11 +50,11 @@ func faultsFor(srv *mysqltest.Server, cluster *galeratest.Cluster, faults []stri
 
 // trapsFor drops the traps that cannot hit contender: all of them but for
 // this library's strategies (the failpoints are in it), and the lock's but
-// for GetLock.
-func trapsFor(contender string, faults []string) []string {
+// for GetLock on sessions of their own (not shards, which share them).
+func trapsFor(contender string, shards bool, faults []string) []string {
 	return slices.DeleteFunc(faults, func(f string) bool {
 		point, _, trap := trapOf(f)
-		return trap && (!isLibrary(contender) || point == failpoint.Locked && contender != libGetLock)
+		return trap && (!isLibrary(contender) || point == failpoint.Locked && (contender != libGetLock || shards))
 	})
 }
 

@@ -52,7 +52,7 @@ func TestChaos(t *testing.T) {
 			}
 			// The kinds are dealt, so 13 faults hit each kind this
 			// strategy has (11 or 13) at least once; the checkers saw it all.
-			for _, f := range trapsFor(contender, append(slices.Clone(baseFaults), trapFaults...)) {
+			for _, f := range trapsFor(contender, false, append(slices.Clone(baseFaults), trapFaults...)) {
 				if !regexp.MustCompile(`\b` + f + `:[1-9]`).Match(report) {
 					t.Errorf("fault %s was not injected:\n%s", f, report)
 				}
