@@ -66,7 +66,10 @@ func ShardOf(group, name string) (int, bool) {
 // shard pins a session of its own (n sessions), for failover in
 // milliseconds.
 func NewShards(db *sql.DB, group string, n int, cfg Config) (*Shards, error) {
-	if n < 1 || n > maxShards {
+	switch {
+	case group == "":
+		return nil, fmt.Errorf("%w: the group name is empty: give the group a stable name such as \"orders\"", ErrInvalidConfig)
+	case n < 1 || n > maxShards:
 		return nil, fmt.Errorf("%w: a group has 1 to %d shards, not %d", ErrInvalidConfig, maxShards, n)
 	}
 	cfg = cfg.withDefaults() // one identity for every shard, not one drawn per shard

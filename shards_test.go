@@ -3,8 +3,10 @@ package election_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -38,6 +40,25 @@ func shardMember(ctx context.Context, emit func(event), db *sql.DB, id string, n
 	})
 	emit(event{Ev: "exit", ID: id, Reason: fmt.Sprint(err)})
 	return 0
+}
+
+// A group without a name or with a number of shards out of range is
+// refused with the fix, before anything reaches the server.
+func TestNewShardsRefusesBadInput(t *testing.T) {
+	db, err := sql.Open("mysql", "nobody@tcp(127.0.0.1:1)/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, c := range []struct {
+		group string
+		n     int
+		says  string
+	}{{"", 8, "group name is empty"}, {"orders", 0, "1 to 4096 shards, not 0"}, {"orders", 5000, "not 5000"}, {"a\x1b[2J", 8, "control"}} {
+		if _, err := election.NewShards(db, c.group, c.n, election.Config{}); !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("NewShards(%q, %d): %v; want ErrInvalidConfig saying %q", c.group, c.n, err, c.says)
+		}
+	}
 }
 
 // Three processes spread 16 shards evenly; when the one that owns most is
