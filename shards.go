@@ -217,11 +217,12 @@ func (s *Shards) rebalance(ctx context.Context) error {
 // owner is whom a shard's record counts for when the spread is evened
 // out, and whether that one may hand it over: the target of a pending
 // hand-over (before and after the leader stepped down, while the target
-// campaigns), else the leader, else nobody ("").
+// campaigns), else the leader (who may not while an operator's demotion is
+// pending), else nobody ("").
 func (r Record) owner(campaigns func(member string) bool) (string, bool) {
 	switch {
 	case r.Leading() && r.HandoverTo == "":
-		return r.Identity, true
+		return r.Identity, !r.demoted
 	case r.Leading(), r.State == stateHandedOver && r.HandoverTo != "" && campaigns(r.HandoverTo):
 		return r.HandoverTo, false
 	}

@@ -64,6 +64,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 	large := fs.Int("large", 1000, "candidate processes of the large arena")
 	reps := fs.Int("reps", 5, "SIGKILL failovers per arena")
 	elections := fs.Int("elections", 100, "elections each of -small processes is a candidate in, in one more arena per library contender (1: no such arena)")
+	shards := fs.Bool("shards", false, "make those elections the shards of one group (election.Shards), and report when the spread is even again after the SIGKILL")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 	res := scaleResults{Server: srv.Describe(), Timing: o.tm}
 	var failed error
 	for _, c := range cs {
-		run, err := scaleContender(ctx, &o, srv, c, *small, *large, *reps, *elections)
+		run, err := scaleContender(ctx, &o, srv, c, *small, *large, *reps, *elections, *shards)
 		if err != nil {
 			failed = err
 			break
@@ -101,7 +102,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // scaleContender runs contender's arenas, one after the other.
-func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, small, large, reps, elections int) (scaleRun, error) {
+func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, small, large, reps, elections int, shards bool) (scaleRun, error) {
 	run := scaleRun{Contender: contender}
 	sigkills := func(n int) arenaSpec {
 		return arenaSpec{contender: contender, tm: o.tm, candidates: n, faults: []string{fSIGKILL}}
@@ -116,7 +117,7 @@ func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, cont
 	if elections > 1 && isLibrary(contender) {
 		start := time.Now()
 		var res results
-		spec := arenaSpec{contender: contender, tm: o.tm, candidates: small, elections: elections}
+		spec := arenaSpec{contender: contender, tm: o.tm, candidates: small, elections: elections, shards: shards}
 		var kill manyKill
 		err := benchArena(ctx, srv, spec, &res, func(a *arena) (err error) {
 			kill, err = killBusiest(a, o.limitFor(contender))
@@ -158,12 +159,18 @@ type manyKill struct {
 	P99    float64 `json:"failover_p99_s"`
 	Max    float64 `json:"failover_max_s"`
 	Tokens int     `json:"tokens_not_above"` // new terms whose token was not above the killed one's
+	// EvenS is, for shards, when every shard was led by a survivor and none
+	// led more than its share, ceil(N/M) of N shards over M survivors; 0
+	// if not within the limit.
+	Shards bool    `json:"shards,omitempty"`
+	EvenS  float64 `json:"even_again_s,omitempty"`
 }
 
 // killBusiest SIGKILLs the candidate process that leads the most of the
 // elections beyond the first, and waits until another process has begun a
 // term of each of them: for each, the time from the kill to that term's
-// start, and whether its token is above the killed term's.
+// start, and whether its token is above the killed term's. For shards it
+// also waits until the spread is even again.
 func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 	a.drain()
 	a.pending = nil              // await hands what arrives after this to the check below
@@ -171,6 +178,12 @@ func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 	for _, e := range a.log {
 		if e.Ev == "other-start" {
 			leader[e.Election] = e
+		}
+	}
+	owner := map[string]string{} // shard → who began its newest term; the first's too
+	for _, e := range a.log {
+		if e.Ev == "other-start" || e.Ev == "start" {
+			owner[e.Election] = e.ID
 		}
 	}
 	led := map[string]int{}
@@ -193,12 +206,32 @@ func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 			old[name] = e.Token
 		}
 	}
-	k := manyKill{Led: len(old)}
+	k := manyKill{Led: len(old), Shards: a.shards}
 	t0 := time.Now()
 	p.cmd.Process.Kill()
 	took := map[string]float64{}
+	even := func() bool {
+		by := map[string]int{}
+		for _, id := range owner {
+			by[id]++
+		}
+		survivors := len(a.all()) - 1
+		share := (a.elections + survivors - 1) / max(1, survivors)
+		for id, n := range by {
+			if id == victim || n > share {
+				return false
+			}
+		}
+		return len(owner) == a.elections
+	}
 	a.await(limit, func() bool {
 		for _, e := range a.pending {
+			if e.Ev == "other-start" || e.Ev == "start" {
+				owner[e.Election] = e.ID
+				if a.shards && k.EvenS == 0 && even() {
+					k.EvenS = time.Unix(0, e.At).Sub(t0).Seconds()
+				}
+			}
 			if _, ok := old[e.Election]; ok && e.Ev == "other-start" && e.ID != victim && e.At > t0.UnixNano() {
 				if _, seen := took[e.Election]; !seen {
 					took[e.Election] = time.Unix(0, e.At).Sub(t0).Seconds()
@@ -209,7 +242,7 @@ func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 			}
 		}
 		a.pending = nil
-		return len(took) == len(old)
+		return len(took) == len(old) && (!a.shards || k.EvenS > 0)
 	})
 	var d []float64
 	for _, s := range took {
@@ -272,10 +305,17 @@ func printScale(w io.Writer, res *scaleResults) {
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
-		tw = newTable(w, "CONTENDER\tKILLED PROCESS LED\tLED AGAIN\tFAILOVER p50\tp99\tMAX\tTOKENS NOT ABOVE")
+		tw = newTable(w, "CONTENDER\tKILLED PROCESS LED\tLED AGAIN\tFAILOVER p50\tp99\tMAX\tTOKENS NOT ABOVE\tSHARDS EVEN AGAIN")
 		for _, r := range res.Runs {
 			if k := r.ManyKill; k != nil {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", r.Contender, k.Led, k.Again, secs(k.P50), secs(k.P99), secs(k.Max), k.Tokens)
+				even := "-"
+				switch {
+				case k.Shards && k.EvenS > 0:
+					even = secs(k.EvenS)
+				case k.Shards:
+					even = "not within the limit"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", r.Contender, k.Led, k.Again, secs(k.P50), secs(k.P99), secs(k.Max), k.Tokens, even)
 			}
 		}
 		tw.Flush()
