@@ -109,7 +109,8 @@ type Config struct {
 	// blocks in GET_LOCK, so that its election fails over in milliseconds
 	// however many elections the process is in. Without it, the first four
 	// GetLock candidates on a *sql.DB (with the same TablePrefix and
-	// timings) get a session of their own and every later one joins a
+	// timings), shards of a group (Shards) aside, get a session of their
+	// own and every later one joins a
 	// session shared with them, which holds all their locks, renews all
 	// their terms in one statement per Interval and tries all their locks
 	// in one per CheckInterval: such an election fails over within
