@@ -54,29 +54,9 @@ func TestQueue(t *testing.T) {
 	consumer(killed).Wait()
 	delete(consumers, killed.Identity)
 	waitDone(t, db, jobs)
-	for _, cmd := range consumers {
-		cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for id, cmd := range consumers {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("%s did not stop cleanly on SIGTERM: %v", id, err)
-		}
-	}
+	stopAll(t, consumers)
 
-	var logged, distinct, matching, terms, retried int
-	err = db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT l.job_id),
-		COALESCE(SUM(l.token = j.claimed_token AND j.state = 'done'), 0), COUNT(DISTINCT l.token),
-		(SELECT COUNT(*) FROM jobs WHERE attempts > 1)
-		FROM job_log l LEFT JOIN jobs j ON j.id = l.job_id`).
-		Scan(&logged, &distinct, &matching, &terms, &retried)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d jobs done by %d terms; %d claimed again after a failover", logged, terms, retried)
-	if logged != jobs || distinct != jobs || matching != jobs {
-		t.Errorf("want %d log rows, one per job, each by the term whose claim marked the job done; got %d rows for %d jobs, %d by that term",
-			jobs, logged, distinct, matching)
-	}
+	terms := doneOnce(t, db, jobs)
 	if terms < 3 {
 		t.Errorf("want jobs done by the paused leader, the killed one and the last; got %d terms", terms)
 	}
@@ -126,27 +106,8 @@ func TestShardedQueue(t *testing.T) {
 	consumers["queue-1"].Wait()
 	delete(consumers, "queue-1")
 	waitDone(t, db, jobs)
-	for _, cmd := range consumers {
-		cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for id, cmd := range consumers {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("%s did not stop cleanly on SIGTERM: %v", id, err)
-		}
-	}
-	var logged, distinct, matching, terms int
-	err := db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT l.job_id),
-		COALESCE(SUM(l.token = j.claimed_token AND j.state = 'done'), 0), COUNT(DISTINCT l.token)
-		FROM job_log l LEFT JOIN jobs j ON j.id = l.job_id`).Scan(&logged, &distinct, &matching, &terms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d jobs done by %d terms", logged, terms)
-	if logged != jobs || distinct != jobs || matching != jobs {
-		t.Errorf("want %d log rows, one per job, each by the term whose claim marked the job done; got %d rows for %d jobs, %d by that term",
-			jobs, logged, distinct, matching)
-	}
-	if terms < shards+killed {
+	stopAll(t, consumers)
+	if terms := doneOnce(t, db, jobs); terms < shards+killed {
 		t.Errorf("want jobs done by a term per shard and a later one per shard of queue-1; got %d terms", terms)
 	}
 }
@@ -174,6 +135,42 @@ func TestQueueJobLongerThanTheLease(t *testing.T) {
 	if attempts != 1 {
 		t.Errorf("the %v job took %d attempts, want 1", long, attempts)
 	}
+}
+
+// stopAll sends SIGTERM to every consumer, and fails the test unless each
+// stops cleanly.
+func stopAll(t *testing.T, consumers map[string]*exec.Cmd) {
+	t.Helper()
+	for _, cmd := range consumers {
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for id, cmd := range consumers {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%s did not stop cleanly on SIGTERM: %v", id, err)
+		}
+	}
+}
+
+// doneOnce fails the test unless each of the jobs was done exactly once:
+// marked done, with one row in the log, written by the term whose claim
+// stood. It returns how many terms did jobs.
+func doneOnce(t *testing.T, db *sql.DB, jobs int) (terms int) {
+	t.Helper()
+	var logged, distinct, matching, retried int
+	err := db.QueryRowContext(t.Context(), `SELECT COUNT(*), COUNT(DISTINCT l.job_id),
+		COALESCE(SUM(l.token = j.claimed_token AND j.state = 'done'), 0), COUNT(DISTINCT l.token),
+		(SELECT COUNT(*) FROM jobs WHERE attempts > 1)
+		FROM job_log l LEFT JOIN jobs j ON j.id = l.job_id`).
+		Scan(&logged, &distinct, &matching, &terms, &retried)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d jobs done by %d terms; %d claimed again after a failover", logged, terms, retried)
+	if logged != jobs || distinct != jobs || matching != jobs {
+		t.Errorf("want %d log rows, one per job, each by the term whose claim marked the job done; got %d rows for %d jobs, %d by that term",
+			jobs, logged, distinct, matching)
+	}
+	return terms
 }
 
 // waitDone waits until at least n jobs are marked done.
