@@ -811,3 +811,94 @@ func TestFencedTxOptionsAndRemove(t *testing.T) {
 		t.Errorf("the election started anew with token %d, not above the removed one's %d", next.Token(), first)
 	}
 }
+
+// Three members of a group of 8 shards, one on each node (LeaseRow, which
+// Auto takes on Galera), spread the shards evenly; when one leaves, the two
+// others own every shard, evenly; and in every node's copy of the writes,
+// no shard's fenced writes go back in tokens.
+func TestShardsAcrossNodes(t *testing.T) {
+	const n = 8
+	c, name := setup(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	stops := map[string]context.CancelFunc{}
+	var wg sync.WaitGroup
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+		wg.Wait()
+	}()
+	for k := 1; k <= galeratest.Size; k++ {
+		cfg := timing
+		cfg.Identity = nodeID(k)
+		s, err := election.NewShards(c.Node(k).Open(t, name), "orders", n, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mctx, stop := context.WithCancel(ctx)
+		stops[cfg.Identity] = stop
+		wg.Go(func() {
+			s.Run(mctx, func(ctx context.Context, shard int, term *election.Term) error {
+				writeLoop(t, ctx, term, strconv.Itoa(shard)+":"+cfg.Identity)
+				return nil
+			})
+		})
+	}
+	admin := c.OpenSynced(t, 1, name)
+	even := func(members ...string) func() bool {
+		return func() bool {
+			recs, err := election.Elections(ctx, admin, "")
+			if err != nil {
+				return false
+			}
+			by, led := map[string]int{}, 0
+			for _, r := range recs {
+				if _, ok := election.ShardOf("orders", r.Name); ok && r.Leading() {
+					by[r.Identity]++
+					led++
+				}
+			}
+			for _, m := range members {
+				if by[m] > (n+len(members)-1)/len(members) {
+					return false
+				}
+				delete(by, m)
+			}
+			return led == n && len(by) == 0
+		}
+	}
+	waitFor(t, "three members to own the shards evenly", time.Minute, even(nodeID(1), nodeID(2), nodeID(3)))
+	stops[nodeID(1)]()
+	waitFor(t, "the two others to own every shard, evenly", time.Minute, even(nodeID(2), nodeID(3)))
+	for _, stop := range stops {
+		stop()
+	}
+	wg.Wait()
+	for k := 1; k <= galeratest.Size; k++ {
+		rows, err := c.OpenSynced(t, k, name).Query("SELECT id, token, holder FROM writes ORDER BY id")
+		if err != nil {
+			t.Fatalf("node %d: %v", k, err)
+		}
+		last := map[string]uint64{}
+		var writes int
+		for rows.Next() {
+			var (
+				id, token uint64
+				holder    string
+			)
+			if err := rows.Scan(&id, &token, &holder); err != nil {
+				t.Fatal(err)
+			}
+			shard, _, _ := strings.Cut(holder, ":")
+			if token < last[shard] {
+				t.Errorf("node %d: shard %s accepted a stale write %d: token %d after %d", k, shard, id, token, last[shard])
+			}
+			last[shard] = token
+			writes++
+		}
+		rows.Close()
+		if len(last) != n {
+			t.Errorf("node %d: %d fenced writes in %d shards, want writes in all %d", k, writes, len(last), n)
+		}
+	}
+}
