@@ -394,8 +394,8 @@ func writesBy(db *sql.DB, holder string) int {
 
 // checkWritesPer asserts the fencing invariant per election (or shard)
 // over the accepted writes query returns, as (key, token, holder) in
-// commit order: each key's tokens never decrease, and no token has two
-// holders. It returns the number of writes and of keys.
+// commit order: each key's tokens never decrease, and no token of a key
+// has two holders. It returns the number of writes and of keys.
 func checkWritesPer(t testing.TB, db *sql.DB, query string) (writes, keys int) {
 	t.Helper()
 	rows, err := db.Query(query)
@@ -403,7 +403,11 @@ func checkWritesPer(t testing.TB, db *sql.DB, query string) (writes, keys int) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	last, holders := map[string]uint64{}, map[uint64]string{}
+	type term struct {
+		key   string
+		token uint64
+	}
+	last, holders := map[string]uint64{}, map[term]string{}
 	for rows.Next() {
 		var (
 			key, holder string
@@ -415,10 +419,10 @@ func checkWritesPer(t testing.TB, db *sql.DB, query string) (writes, keys int) {
 		if token < last[key] {
 			t.Errorf("%s accepted a stale write: token %d after %d", key, token, last[key])
 		}
-		if h, ok := holders[token]; ok && h != holder {
-			t.Errorf("token %d written by %s and %s", token, h, holder)
+		if h, ok := holders[term{key, token}]; ok && h != holder {
+			t.Errorf("%s: token %d written by %s and %s", key, token, h, holder)
 		}
-		last[key], holders[token] = token, holder
+		last[key], holders[term{key, token}] = token, holder
 		writes++
 	}
 	if err := rows.Err(); err != nil {

@@ -27,13 +27,14 @@ const maxShards = 4096
 //
 // Whoever wins a shard owns it; a member then evens the spread out. Each
 // round (every Interval plus CheckInterval) it reads who owns which shard
-// and which members are live, and a member that owns more than its share,
-// ceil(N/M) of N shards over M live members, hands the excess over, as
-// Operator.Handover does, to members that own fewer: the owner stops before
-// the new one starts. Every member computes the same moves from the same
-// read, and a shard whose hand-over is pending counts as its target's, so
-// moves are not repeated and a member that owns its share receives none:
-// the spread settles and does not flap.
+// and who campaigns in which, and a member that owns more than its share,
+// ceil(N/M) of N shards over M live members, hands shards it leads over,
+// through Operator.Handover's request, to members below their share that
+// campaign in them: the owner stops before the new one starts. Every member
+// computes the moves from its read by one rule, and a shard whose hand-over
+// is pending counts as its target's, so moves are not repeated and a member
+// that owns its share receives none: the spread settles and does not flap.
+// See docs/protocol.md, "Sharded ownership".
 type Shards struct {
 	group    string
 	cfg      Config
@@ -71,6 +72,10 @@ func NewShards(db *sql.DB, group string, n int, cfg Config) (*Shards, error) {
 		return nil, fmt.Errorf("%w: the group name is empty: give the group a stable name such as \"orders\"", ErrInvalidConfig)
 	case n < 1 || n > maxShards:
 		return nil, fmt.Errorf("%w: a group has 1 to %d shards, not %d", ErrInvalidConfig, maxShards, n)
+	case db != nil && cfg.OwnSession && cfg.Strategy != LeaseRow && db.Stats().MaxOpenConnections > 0 && db.Stats().MaxOpenConnections <= n:
+		// Every shard would pin one, and the campaigns wait for a free one forever.
+		return nil, fmt.Errorf("%w: OwnSession pins a session per shard, and db allows %d open connections for %d shards: call db.SetMaxOpenConns above %d (or 0), or leave OwnSession unset so that the shards share sessions",
+			ErrInvalidConfig, db.Stats().MaxOpenConnections, n, n)
 	}
 	cfg = cfg.withDefaults() // one identity for every shard, not one drawn per shard
 	s := &Shards{group: group, cfg: cfg, log: cfg.Logger.With("group", group, "identity", cfg.Identity)}
@@ -163,16 +168,18 @@ func (s *Shards) rebalance(ctx context.Context) error {
 		return err
 	}
 	// A target must campaign in the shard, and under LeaseRow have been
-	// seen within a heartbeat period: a member that died counts as alive
-	// until its rows expire (2L + S), after its leases (L + S).
+	// seen within a heartbeat period and the read round that stamps it (a
+	// live member's rows are that old at most): a member that died counts
+	// as alive until its rows expire (2L + S), after its leases (L + S).
 	type candidacy struct {
 		shard    int
 		identity string
 	}
-	var lock string
+	fresh := s.cfg.heartbeatPeriod() + s.cfg.CheckInterval + s.cfg.Interval
 	rows, err := collect(ctx, st.db, st.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+st.tbl.candidate+"` c WHERE c.lock_name IN ("+
 		literals(locks)+") AND "+alive("c")+" AND (c.strategy = "+literal(GetLock.String())+" OR "+ageMicros("c.seen_at")+" <= "+
-		literal(s.cfg.heartbeatPeriod().Microseconds())+")", func(rows *sql.Rows) (c candidacy, err error) {
+		literal(fresh.Microseconds())+")", func(rows *sql.Rows) (c candidacy, err error) {
+		var lock string
 		err = rows.Scan(&lock, &c.identity)
 		c.shard = shardOf[lock]
 		return c, err
@@ -188,7 +195,7 @@ func (s *Shards) rebalance(ctx context.Context) error {
 			members = append(members, c.identity)
 		}
 	}
-	g := group{owners: make([]string, len(locks)), movable: make([]bool, len(locks)), members: members,
+	g := spreadRead{owners: make([]string, len(locks)), movable: make([]bool, len(locks)), members: members,
 		campaigns: func(shard int, member string) bool { return campaigns[candidacy{shard, member}] }}
 	tokens := make([]uint64, len(locks))
 	for _, r := range recs {
@@ -216,7 +223,7 @@ func (s *Shards) rebalance(ctx context.Context) error {
 
 // owner is whom a shard's record counts for when the spread is evened
 // out, and whether that one may hand it over: the target of a pending
-// hand-over (before and after the leader stepped down, while the target
+// hand-over (before the leader stepped down, and after it while the target
 // campaigns), else the leader (who may not while an operator's demotion is
 // pending), else nobody ("").
 func (r Record) owner(campaigns func(member string) bool) (string, bool) {
@@ -229,10 +236,11 @@ func (r Record) owner(campaigns func(member string) bool) (string, bool) {
 	return "", false
 }
 
-// group is what a round of rebalancing reads: the owner of each shard (""
-// for none) and whether that owner may hand it over (it leads it, with no
-// hand-over pending), the live members, and who campaigns in which shard.
-type group struct {
+// spreadRead is what a round of rebalancing reads: the owner of each shard
+// ("" for none) and whether that owner may hand it over (it leads it, with
+// no hand-over or demotion pending), the live members, and who campaigns in
+// which shard.
+type spreadRead struct {
 	owners    []string
 	movable   []bool
 	members   []string
@@ -247,12 +255,11 @@ type move struct {
 
 // moves returns the hand-overs member self makes so that no member owns
 // more than its share, ceil(N/M) of N shards over M live members: each
-// member that owns more gives its excess, shards it leads with no
-// hand-over pending, each to the member that owns fewest among those below
+// member that owns more gives its excess, shards it may hand over, each to the member that owns fewest among those below
 // their share that campaign in that shard. Givers take turns in the order
 // of their names, and ties go by name, so every member computes the same
 // moves from the same read and makes only its own.
-func (g group) moves(self string) []move {
+func (g spreadRead) moves(self string) []move {
 	members := slices.Clone(g.members)
 	if !slices.Contains(members, self) {
 		members = append(members, self) // it reads its own rows as they are renewed

@@ -23,7 +23,7 @@ func TestMovesEvenTheSpreadInOneRound(t *testing.T) {
 		for i := range members {
 			members[i] = fmt.Sprintf("m%d", r.IntN(1000)*10+i) // names in no useful order
 		}
-		g := group{owners: make([]string, n), movable: make([]bool, n), members: members}
+		g := spreadRead{owners: make([]string, n), movable: make([]bool, n), members: members}
 		for i := range g.owners {
 			if k := r.IntN(m + 1); k < m && r.IntN(4) > 0 { // some free, skewed to a few members
 				g.owners[i] = members[k*k%m]

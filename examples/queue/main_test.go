@@ -71,9 +71,6 @@ func TestShardedQueue(t *testing.T) {
 	const jobs, shards = 800, 8
 	ctx := t.Context()
 	dsn, db := emptyQueue(t)
-	if err := enqueue(ctx, db, jobs, shards); err != nil {
-		t.Fatal(err)
-	}
 	consumers := map[string]*exec.Cmd{}
 	for _, id := range []string{"queue-1", "queue-2", "queue-3"} {
 		consumers[id] = exampletest.Start(t, "QUEUE_MAIN", dsn, "-id", id, "-work", "50ms", "-shards", fmt.Sprint(shards))
@@ -96,9 +93,16 @@ func TestShardedQueue(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The jobs come once the shards have spread: 100 per partition, 5 s of
+	// work each, so that every partition has jobs left when one consumer
+	// dies.
+	if err := enqueue(ctx, db, jobs, shards); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, db, jobs/8)
 	var left int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(DISTINCT part) FROM jobs WHERE state <> 'done'").Scan(&left); err != nil || left != shards {
-		t.Fatalf("%d partitions have jobs left (%v) once the shards spread, want all %d: enqueue more, or longer jobs", left, err, shards)
+		t.Fatalf("%d partitions have jobs left (%v), want all %d: enqueue more, or longer jobs", left, err, shards)
 	}
 	killed := owners()["queue-1"]
 	t.Logf("killing queue-1, which owns %d shards", killed)
@@ -153,12 +157,12 @@ func stopAll(t *testing.T, consumers map[string]*exec.Cmd) {
 
 // doneOnce fails the test unless each of the jobs was done exactly once:
 // marked done, with one row in the log, written by the term whose claim
-// stood. It returns how many terms did jobs.
+// stood. It returns how many terms did jobs (a term is a partition's token).
 func doneOnce(t *testing.T, db *sql.DB, jobs int) (terms int) {
 	t.Helper()
 	var logged, distinct, matching, retried int
 	err := db.QueryRowContext(t.Context(), `SELECT COUNT(*), COUNT(DISTINCT l.job_id),
-		COALESCE(SUM(l.token = j.claimed_token AND j.state = 'done'), 0), COUNT(DISTINCT l.token),
+		COALESCE(SUM(l.token = j.claimed_token AND j.state = 'done'), 0), COUNT(DISTINCT j.part, l.token),
 		(SELECT COUNT(*) FROM jobs WHERE attempts > 1)
 		FROM job_log l LEFT JOIN jobs j ON j.id = l.job_id`).
 		Scan(&logged, &distinct, &matching, &terms, &retried)

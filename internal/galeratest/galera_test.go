@@ -813,9 +813,10 @@ func TestFencedTxOptionsAndRemove(t *testing.T) {
 }
 
 // Three members of a group of 8 shards, one on each node (LeaseRow, which
-// Auto takes on Galera), spread the shards evenly; when one leaves, the two
-// others own every shard, evenly; and in every node's copy of the writes,
-// no shard's fenced writes go back in tokens.
+// Auto takes on Galera), spread the shards evenly; when one leaves (its Run
+// ends, resigning its terms), the two others own every shard, evenly; and
+// in every node's copy of the writes, no shard's fenced writes go back in
+// tokens. A member that dies is TestShards' (processes, one server).
 func TestShardsAcrossNodes(t *testing.T) {
 	const n = 8
 	c, name := setup(t)
