@@ -380,11 +380,14 @@ func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term)
 		// candidate has just lost a term (faults in a row), a pause here
 		// would leave nobody to take over. One that gave its term up, or
 		// was demoted, steps aside for a backoff, so that another leads; the
-		// backoff grows while its terms keep ending sooner than Lease.
+		// backoff grows while its terms keep ending sooner than Lease. One
+		// that handed its term over needs none: while the hand-over holds,
+		// the lock is the target's (a winner gives it back), and after it,
+		// should the target be gone, this one may take it at once.
 		if time.Since(t.start) > e.st.cfg.Lease {
 			b.Reset()
 		}
-		if gaveUp || errors.Is(lost, ErrDemoted) {
+		if gaveUp || errors.Is(lost, ErrDemoted) && !errors.Is(lost, errHandedOver) {
 			if err := pause(ctx, b); err != nil {
 				return err
 			}
