@@ -75,19 +75,14 @@ func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error)
 	}
 	var seen leaderSeen
 	for {
-		var (
-			sent  time.Time // the lease counts from the read, once a pool session is free for it
-			delay time.Duration
-			p     predecessor
-		)
-		err := bounded(func(ctx context.Context) (err error) {
-			sent = time.Now()
-			delay, p, err = h.take(ctx)
-			return err
-		})
+		o, err := h.take(ctx)
+		var p predecessor
+		if o != nil {
+			p = o.p
+		}
 		switch {
 		case err == nil:
-			return won{h: h, token: h.token, sent: sent, delay: delay, p: p}, nil
+			return won{h: h, token: h.token, sent: o.sent, delay: o.delay, p: p}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
 		case try:
@@ -102,17 +97,17 @@ func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error)
 }
 
 // take takes the lease if the election is free, or returns ErrHeld or
-// errYield.
+// errYield, in a batch with the other leases its share tries at once
+// (starter).
 //
 // While the lease is held that is one plain read (termStart.read):
 // waiters take no row locks.
-func (h *leaseHold) take(ctx context.Context) (time.Duration, predecessor, error) {
-	token, delay, p, err := termStart{h.st, h.lock, h.id}.open(ctx, h.st.db)
-	if err != nil {
-		return 0, p, err
+func (h *leaseHold) take(ctx context.Context) (*opening, error) {
+	o, err := h.share.starts.open(ctx, termStart{h.st, h.lock, h.id}, nil)
+	if err == nil {
+		h.token = o.token
 	}
-	h.token = token
-	return delay, p, nil
+	return o, err
 }
 
 // begin writes the term's history once it has begun.

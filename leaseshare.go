@@ -18,8 +18,9 @@ import (
 // due. A waiting candidate tries the lease itself (termStart.open) only when
 // the read shows it may be free. See docs/protocol.md, "Shared sessions".
 type leaseShare struct {
-	key   shareKey
-	spare spare // bounds the pool sessions its candidates join and try on at once
+	key    shareKey
+	spare  spare    // bounds the pool sessions its candidates join and try on at once
+	starts *starter // opens its candidates' terms, through spare
 
 	mu      sync.Mutex
 	holding map[*leaseHold]bool
@@ -36,7 +37,8 @@ var leaseShares = newRegistry[leaseShare]()
 func leaseShareOf(st *store) *leaseShare {
 	k := shareKeyOf(st)
 	return leaseShares.use(k, func() *leaseShare {
-		ls := &leaseShare{key: k, spare: newSpare(), holding: map[*leaseHold]bool{}, waiting: map[*leaseHold]chan Record{},
+		sp := newSpare()
+		ls := &leaseShare{key: k, spare: sp, starts: &starter{spare: sp, db: st.db, limit: st.cfg.tryLimit()}, holding: map[*leaseHold]bool{}, waiting: map[*leaseHold]chan Record{},
 			next: &renewal{done: make(chan struct{})}, stop: make(chan struct{}), gone: make(chan struct{})}
 		go ls.run(st.cfg.heartbeatPeriod(), st.cfg.tryLimit())
 		return ls

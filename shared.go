@@ -111,6 +111,7 @@ type sessionShare struct {
 	key shareKey
 
 	spare    spare         // bounds the pool sessions its candidates use at once
+	starts   *starter      // opens its candidates' terms, through spare
 	tryLimit time.Duration // bounds a statement on its sessions: 2W + L (see sharedSession.do)
 	opening  sync.Mutex    // held by a candidate that opens a session, for the others to join it
 
@@ -126,7 +127,8 @@ var shares = newRegistry[sessionShare]()
 func shareOf(st *store) *sessionShare {
 	k := shareKeyOf(st)
 	return shares.use(k, func() *sessionShare {
-		return &sessionShare{key: k, spare: newSpare(), tryLimit: st.cfg.tryLimit() + st.cfg.Lease}
+		sp := newSpare()
+		return &sessionShare{key: k, spare: sp, starts: &starter{spare: sp, db: st.db, limit: st.cfg.tryLimit()}, tryLimit: st.cfg.tryLimit() + st.cfg.Lease}
 	})
 }
 
@@ -878,7 +880,8 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 	}
 }
 
-// start opens the term, as pinned.startTerm does, through the pool: the
+// start opens the term, as pinned.startTerm does, through the pool, in a
+// batch with the other terms its share starts at once (starter): the
 // session holds the lock, and the record names the session, which any
 // session may write (see docs/protocol.md, "Shared sessions"). It returns
 // when the session last ran a statement before the start: the term's lease
@@ -886,21 +889,19 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 // the session ends), and the claim, which stamps the record, was sent
 // after it, so the lease ends before the record goes stale.
 func (m *sharedCandidate) start(ctx context.Context) (alive time.Time, delay time.Duration, p predecessor, err error) {
-	ctx, cancel := context.WithTimeout(ctx, m.st.cfg.tryLimit())
-	defer cancel()
-	err = m.s.sh.spare.run(ctx, func() (err error) {
+	o, err := m.s.sh.starts.open(ctx, termStart{m.st, m.lock, m.s.id}, func() time.Time {
 		m.s.mu.Lock()
-		alive = m.s.alive
-		m.s.mu.Unlock()
-		m.token, delay, p, err = termStart{m.st, m.lock, m.s.id}.open(ctx, m.st.db)
-		return err
+		defer m.s.mu.Unlock()
+		return m.s.alive
 	})
-	if err == nil {
-		m.s.mu.Lock()
-		m.holding = true
-		m.s.mu.Unlock()
+	if err != nil {
+		return time.Time{}, 0, p, err
 	}
-	return alive, delay, p, err
+	m.token = o.token
+	m.s.mu.Lock()
+	m.holding = true
+	m.s.mu.Unlock()
+	return o.sent, o.delay, o.p, nil
 }
 
 // leave gives up the candidate's locks on the session and removes it; the

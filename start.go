@@ -8,9 +8,13 @@ package election
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -90,38 +94,48 @@ func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
 // ER_USER_LOCK_WRONG_NAME; read, not tested here); MariaDB returns NULL.
 func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 	var p predecessor
-	err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("UTC_TIMESTAMP(6)")+", r.lock_name IS NOT NULL, "+recordColumns("?")+", "+
-		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.delay_until), COALESCE("+s.handingOver("r")+", FALSE) "+
+	err := q.QueryRowContext(ctx, text("SELECT "+predecessorColumns(s.st.tbl, "?", literal(s.st.cfg.Identity))+", r.lock_name IS NOT NULL "+
 		"FROM (SELECT 1) d LEFT JOIN `"+s.st.tbl.record+"` r ON r.lock_name = ?", s.lock, s.lock)).
-		Scan(append(append([]any{&p.nowUS, &p.exists}, p.rec.fields()...), &p.delayLeftUS, &p.handing)...)
+		Scan(append(p.fields(), &p.exists)...)
 	if err != nil {
 		return p, during("reading the record", schemaError(s.st.tbl, err))
 	}
 	return p, nil
 }
 
-// holding is the condition, on the record as r, that a GetLock candidate's
-// session holds the election's lock as its claim and bump are made: a
+// predecessorColumns reads a predecessor from the record as r in t: owner
+// names its lock, me the reader's identity (SQL expressions).
+func predecessorColumns(t tables, owner, me string) string {
+	return utcMicros("UTC_TIMESTAMP(6)") + ", " + recordColumns(owner) + ", " +
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.delay_until), COALESCE(" + handingOver(t, "r", me) + ", FALSE)"
+}
+
+// fields returns the scan targets for predecessorColumns.
+func (p *predecessor) fields() []any {
+	return append(append([]any{&p.nowUS}, p.rec.fields()...), &p.delayLeftUS, &p.handing)
+}
+
+// holding is the condition, on the record as r, that session (SQL) holds
+// the election's lock as a GetLock candidate's claim and bump are made: a
 // candidate on a shared session starts its term through the pool
 // (sharedCandidate.start), and the session may have ended since its poll
 // took the lock, and another candidate taken it. On a pinned session, which
 // sends them itself, it always holds. A lease holds no lock: "".
-func (s termStart) holding(r string) string {
+func (s termStart) holding(r, session string) string {
 	if _, strategy := s.st.settled(); strategy != GetLock {
 		return ""
 	}
-	return text(" AND IS_USED_LOCK("+r+".lock_name) = ?", s.session)
+	return " AND IS_USED_LOCK(" + r + ".lock_name) = " + session
 }
 
 // now is the server's clock at the read.
 func (p predecessor) now() time.Time { return time.UnixMicro(int64(p.nowUS)).UTC() }
 
 // handingOver is true, on the record as r, while a hand-over to another
-// live candidate than this one is pending.
-func (s termStart) handingOver(r string) string {
-	return text(r+".handover_to IS NOT NULL AND "+r+".handover_to <> ? AND "+r+".handover_until > UTC_TIMESTAMP(6) AND EXISTS ("+
-		"SELECT 1 FROM `"+s.st.tbl.candidate+"` c WHERE c.lock_name = "+r+".lock_name AND c.identity = "+r+".handover_to "+
-		"AND "+alive("c")+")", s.st.cfg.Identity)
+// live candidate than me (an identity, as SQL) is pending.
+func handingOver(t tables, r, me string) string {
+	return r + ".handover_to IS NOT NULL AND " + r + ".handover_to <> " + me + " AND " + r + ".handover_until > UTC_TIMESTAMP(6) AND EXISTS (" +
+		"SELECT 1 FROM `" + t.candidate + "` c WHERE c.lock_name = " + r + ".lock_name AND c.identity = " + r + ".handover_to AND " + alive("c") + ")"
 }
 
 // decide decides, by the record's rule, whether a new term may follow p,
@@ -171,14 +185,13 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 // them all below the replica's clock (docs/protocol.md, "Replicas and a
 // failover of the database").
 func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay time.Duration) (uint64, error) {
-	host, _ := os.Hostname()
-	_, strategy := s.st.settled()
 	claimed := max(p.rec.Token+1, p.nowUS)
-	values := []any{s.st.name, strategy.String(), claimed, s.st.cfg.Identity, host, os.Getpid(), s.session, (s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()}
+	v := s.values(p, claimed, delay)
 	if !p.exists {
-		_, err := q.ExecContext(ctx, text("INSERT INTO `"+s.st.tbl.record+"` "+
+		_, err := q.ExecContext(ctx, "INSERT INTO `"+s.st.tbl.record+"` "+
 			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at) "+
-			"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", append([]any{s.lock, values[0], values[1], stateLeading}, values[2:]...)...))
+			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS}, ", ")+
+			", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
 			return 0, errRaced
 		}
@@ -187,27 +200,9 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 		}
 		return s.bump(ctx, q, claimed)
 	}
-	delayUntil := "NULL"
-	if delay > 0 {
-		delayUntil = text(atMicros, int64(p.nowUS)+delay.Microseconds()) // from the read, as delay was
-	}
-	// The bump's value depends on no column this statement assigns: a
-	// multi-table UPDATE may make its assignments in any order.
-	set := func(join string) string {
-		return text("UPDATE `"+s.st.tbl.record+"` r "+join+" SET r.name = ?, r.strategy = ?, r.epoch = ?, r.state = "+literal(stateLeading)+", "+
-			"r.holder = ?, r.host = ?, r.pid = ?, r.conn_id = ?, r.lease_us = ?, r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), "+
-			"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = "+delayUntil, values...)
-	}
-	// The record as read: the term it names, and every column its holder
-	// or an operator writes (a renewal, an end, a request to step down).
-	var demoteAt any
-	if p.rec.demoteAt.Valid {
-		demoteAt = p.rec.demoteAt.Int64
-	}
-	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ? AND "+utcMicros("r.renewed_at")+" = ? AND "+utcMicros("r.demote_at")+" <=> ? AND NOT (",
-		s.lock, p.rec.Token, p.rec.State, p.rec.Renewed.UnixMicro(), demoteAt) + s.handingOver("r") + ")" + s.holding("r")
-	res, err := q.ExecContext(ctx, set("JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
-		text(", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, ?))", claimed)+where)
+	where := s.unchanged(v)
+	res, err := q.ExecContext(ctx, s.set(v, "JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
+		", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, "+v.epoch+"))"+where)
 	if err != nil {
 		return 0, during("starting the term", schemaError(s.st.tbl, err))
 	}
@@ -224,7 +219,7 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 		return s.follow(ctx, q, claimed, uint64(id))
 	}
 	// Lost a race, or there is no epoch row: the claim alone tells which.
-	res, err = q.ExecContext(ctx, set("")+where)
+	res, err = q.ExecContext(ctx, s.set(v, "")+where)
 	if err != nil {
 		return 0, during("writing the record", schemaError(s.st.tbl, err))
 	}
@@ -232,6 +227,338 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 		return 0, errRaced
 	}
 	return s.bump(ctx, q, claimed)
+}
+
+// claimValues is what a claim writes and what it compares the record
+// with, as SQL: literals for one term start (values), the columns of a
+// derived table for a batch of them (claimBatch).
+type claimValues struct {
+	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, delayUntil string // written
+	token, state, renewedUS, demoteUS                                              string // as read; demoteUS -1 for none
+}
+
+// values is the claim of s after p at epoch claimed, with the lock-delay
+// delay counted from the read, as literals.
+func (s termStart) values(p predecessor, claimed uint64, delay time.Duration) claimValues {
+	host, _ := os.Hostname()
+	_, strategy := s.st.settled()
+	delayUntil, demoteUS := "NULL", int64(-1)
+	if delay > 0 {
+		delayUntil = text(atMicros, int64(p.nowUS)+delay.Microseconds()) // from the read, as delay was
+	}
+	if p.rec.demoteAt.Valid {
+		demoteUS = p.rec.demoteAt.Int64
+	}
+	return claimValues{lock: literal(s.lock), name: literal(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
+		identity: literal(s.st.cfg.Identity), host: literal(host), pid: literal(os.Getpid()), session: literal(s.session),
+		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), delayUntil: delayUntil,
+		token: literal(p.rec.Token), state: literal(p.rec.State), renewedUS: literal(p.rec.Renewed.UnixMicro()), demoteUS: literal(demoteUS)}
+}
+
+// set is the claim's UPDATE of the record as r, joined to join. A bump
+// added to it must depend on no column it assigns: a multi-table UPDATE
+// may make its assignments in any order.
+func (s termStart) set(v claimValues, join string) string {
+	return "UPDATE `" + s.st.tbl.record + "` r " + join + " SET r.name = " + v.name + ", r.strategy = " + v.strategy + ", r.epoch = " + v.epoch +
+		", r.state = " + literal(stateLeading) + ", r.holder = " + v.identity + ", r.host = " + v.host + ", r.pid = " + v.pid +
+		", r.conn_id = " + v.session + ", r.lease_us = " + v.leaseUS + ", r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), " +
+		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil
+}
+
+// unchanged is the claim's condition: the record as read, the term it
+// names and every column its holder or an operator writes (a renewal, an
+// end, a request to step down), no hand-over pending since, and, under
+// GetLock, the lock still the claimant's session's. The state is compared
+// as bytes, which needs no collation shared with the value's.
+func (s termStart) unchanged(v claimValues) string {
+	return " WHERE r.lock_name = " + v.lock + " AND r.epoch = " + v.token + " AND CAST(r.state AS BINARY) = CAST(" + v.state + " AS BINARY) AND " +
+		utcMicros("r.renewed_at") + " = " + v.renewedUS + " AND COALESCE(" + utcMicros("r.demote_at") + ", -1) = " + v.demoteUS +
+		" AND NOT (" + handingOver(s.st.tbl, "r", v.identity) + ")" + s.holding("r", v.session)
+}
+
+// starter opens the terms of a share's candidates (shared GetLock
+// sessions, batched leases) that win at once in a few statements for all
+// of them, through at most spareSessions pool sessions: the first
+// candidate to get one opens every start queued by then (claimBatch), as a
+// group commit does. A process whose session took a thousand locks in one
+// poll starts those terms in a few round trips, not two thousand.
+type starter struct {
+	spare spare
+	db    *sql.DB
+	limit time.Duration // bounds a batch, as tryLimit bounds one start
+
+	mu    sync.Mutex
+	queue []*opening
+}
+
+// opening is one term start in a starter's queue, and its outcome.
+type opening struct {
+	s     termStart
+	taken bool          // in a batch; guarded by the starter's mu
+	alone bool          // to be opened alone: the first term, or a record older than its epoch row
+	done  chan struct{} // closed when the outcome is in
+
+	since func() time.Time // what the lease counts from, read just before the start's read
+	sent  time.Time        // since's answer
+	token uint64
+	delay time.Duration
+	p     predecessor
+	err   error
+}
+
+// startBatch bounds a batch, and so its statements' size (about 300
+// bytes an election).
+const startBatch = 1000
+
+// open opens s's term as termStart.open does, in a batch with the others
+// queued, and returns its outcome. A start taken into a batch is waited
+// for, even after ctx ends: the batch is bounded by the starter's limit,
+// and a term it started is the caller's to end. One the batch leaves alone
+// is opened alone, a few at a time, as before batches: a thousand first
+// terms must not wait for each other.
+//
+// The term's lease counts from since, taken just before the read the term
+// follows (opening.sent), or from that moment if since is nil.
+func (b *starter) open(ctx context.Context, s termStart, since func() time.Time) (*opening, error) {
+	if since == nil {
+		since = time.Now
+	}
+	o := &opening{s: s, since: since, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, o)
+	b.mu.Unlock()
+	err := b.spare.run(ctx, func() error {
+		b.flush(o)
+		return nil
+	})
+	if err != nil {
+		b.mu.Lock()
+		taken := o.taken
+		if !taken {
+			b.queue = slices.DeleteFunc(b.queue, func(q *opening) bool { return q == o })
+		}
+		b.mu.Unlock()
+		if !taken {
+			return nil, err
+		}
+	}
+	<-o.done
+	if o.alone {
+		ctx, cancel := context.WithTimeout(ctx, b.limit)
+		defer cancel()
+		if err := b.spare.run(ctx, func() error {
+			o.sent = o.since()
+			o.token, o.delay, o.p, o.err = o.s.open(ctx, b.db)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return o, o.err
+}
+
+// flush opens the queued starts in batches until o's has been taken into
+// one. A batch holds one start of an election at most (two candidates of
+// a process may wait in one): another waits for the next.
+func (b *starter) flush(o *opening) {
+	for {
+		b.mu.Lock()
+		if o.taken {
+			b.mu.Unlock()
+			return
+		}
+		var batch []*opening
+		in := map[string]bool{}
+		for _, q := range b.queue {
+			if len(batch) < startBatch && !in[q.s.lock] {
+				q.taken, in[q.s.lock] = true, true
+				batch = append(batch, q)
+			}
+		}
+		b.queue = slices.DeleteFunc(b.queue, func(q *opening) bool { return q.taken })
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), b.limit)
+		for try := 0; len(batch) > 0; try++ {
+			batch = claimBatch(ctx, b.db, batch, try)
+		}
+		cancel()
+	}
+}
+
+// claimBatch opens the starts of batch, of distinct elections that share
+// the tables, as open does each, in three statements for all of them: a
+// read of their records (read's, joined to the batch), their claims, each
+// a compare-and-set on its read that bumps its epoch row (claim's, in one
+// multi-table UPDATE joined to the claims), and a read of the records and
+// epoch rows, which tells whose claim landed and its token. A start whose
+// election has no record yet, or no epoch row, is opened alone. It
+// returns the starts whose claims lost a race on the first try, to be
+// tried again; on the second they are ErrHeld, as open's are. Each start
+// not returned is done, or left alone.
+func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (raced []*opening) {
+	defer func() {
+		for _, o := range batch {
+			if !slices.Contains(raced, o) {
+				close(o.done)
+			}
+		}
+	}()
+	tbl := batch[0].s.st.tbl
+	byLock := make(map[string]*opening, len(batch))
+	names := make([][]string, len(batch))
+	for i, o := range batch {
+		byLock[o.s.lock] = o
+		names[i] = []string{lockLiteral(o.s.lock), identityLiteral(o.s.st.cfg.Identity)}
+	}
+	fail := func(starts []*opening, err error) {
+		for _, o := range starts {
+			o.err = err
+		}
+	}
+	// The read, as read's; the batch's identities decide whether a
+	// hand-over is pending to another candidate.
+	for _, o := range batch {
+		o.sent = o.since()
+	}
+	type read struct {
+		p           predecessor
+		lock        string
+		epochExists bool
+	}
+	reads, err := collect(ctx, db, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
+		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
+		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r read, err error) {
+		r.p.exists = true
+		return r, rows.Scan(append(r.p.fields(), &r.lock, &r.epochExists)...)
+	})
+	if err != nil {
+		fail(batch, err)
+		return nil
+	}
+	found := map[*opening]bool{}
+	for _, r := range reads {
+		o := byLock[r.lock]
+		o.p, found[o] = r.p, r.epochExists
+	}
+	var (
+		claims  []*opening
+		claimed = map[*opening]uint64{}
+		values  [][]string
+	)
+	for _, o := range batch {
+		if !found[o] {
+			o.alone = true
+			continue
+		}
+		if o.delay, o.err = o.s.decide(o.p); o.err != nil {
+			continue
+		}
+		claimed[o] = max(o.p.rec.Token+1, o.p.nowUS)
+		v := o.s.values(o.p, claimed[o], o.delay)
+		v.lock, v.identity, v.name = lockLiteral(o.s.lock), identityLiteral(o.s.st.cfg.Identity), identityLiteral(o.s.st.name)
+		claims = append(claims, o)
+		values = append(values, []string{v.lock, v.name, v.strategy, v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.delayUntil,
+			v.token, v.state, v.renewedUS, v.demoteUS})
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	lose := func() []*opening {
+		if try == 0 {
+			return claims
+		}
+		fail(claims, ErrHeld)
+		return nil
+	}
+	cols := []string{"lock_name", "name", "strategy", "epoch", "identity", "host", "pid", "session", "lease_us", "delay_until",
+		"token", "state", "renewed_us", "demote_us"}
+	x := claimValues{}
+	for i, f := range []*string{&x.lock, &x.name, &x.strategy, &x.epoch, &x.identity, &x.host, &x.pid, &x.session, &x.leaseUS, &x.delayUntil,
+		&x.token, &x.state, &x.renewedUS, &x.demoteUS} {
+		*f = "x." + cols[i]
+	}
+	s := claims[0].s
+	_, err = db.ExecContext(ctx, s.set(x, "JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name JOIN "+derived(cols, values)+" x ON x.lock_name = r.lock_name")+
+		", e.epoch = GREATEST(e.epoch + 1, x.epoch)"+s.unchanged(x))
+	if conflict(err) { // the claims' transaction lost to another's
+		return lose()
+	}
+	if err != nil {
+		fail(claims, during("starting the term", schemaError(tbl, err)))
+		return nil
+	}
+	locks := make([]string, len(claims))
+	for i, o := range claims {
+		locks[i] = o.s.lock
+	}
+	type landed struct {
+		lock                    string
+		session, claimed, token uint64
+	}
+	landings, err := collect(ctx, db, tbl, "record", "SELECT r.lock_name, r.conn_id, r.epoch, e.epoch FROM `"+tbl.record+"` r "+
+		"JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name WHERE r.lock_name IN ("+literals(locks)+")", func(rows *sql.Rows) (l landed, err error) {
+		return l, rows.Scan(&l.lock, &l.session, &l.claimed, &l.token)
+	})
+	if err != nil {
+		fail(claims, err)
+		return nil
+	}
+	got := map[string]landed{}
+	for _, l := range landings {
+		got[l.lock] = l
+	}
+	var lost []*opening
+	for _, o := range claims {
+		switch l := got[o.s.lock]; {
+		case l.session != o.s.session || l.claimed != claimed[o]:
+			lost = append(lost, o)
+		case l.token < claimed[o]:
+			o.err = fmt.Errorf("election: starting the term: the epoch is %d, below the claimed %d", l.token, claimed[o])
+		default:
+			o.token, o.err = o.s.follow(ctx, db, claimed[o], l.token)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	claims = lost
+	return lose()
+}
+
+// derived is a derived table of rows (SQL values) with columns cols,
+// which every server here reads (a table value constructor's syntax
+// differs between MariaDB and MySQL).
+func derived(cols []string, rows [][]string) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for i, row := range rows {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString("SELECT ")
+		for j, v := range row {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(v)
+			if i == 0 {
+				b.WriteString(" AS " + cols[j])
+			}
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// lockLiteral and identityLiteral are a lock name and an identity (or an
+// election's name) with the collations of their columns in the tables: a
+// derived table's column is compared to a table's as an implicit
+// collation, where a literal is coercible, and two implicit collations
+// that differ are an error.
+func lockLiteral(lock string) string { return "_ascii'" + lock + "' COLLATE ascii_bin" }
+
+func identityLiteral(identity string) string {
+	return "_utf8mb4 X'" + hex.EncodeToString([]byte(identity)) + "' COLLATE utf8mb4_bin"
 }
 
 // bump bumps the epoch after a claim made in a statement of its own; one
@@ -254,7 +581,7 @@ func (s termStart) bump(ctx context.Context, q querier, claimed uint64) (uint64,
 // record, the record follows it.
 func (s termStart) bumpEpoch(ctx context.Context, q querier, claimed uint64) (uint64, error) {
 	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.st.tbl.epoch+"` (lock_name, epoch) "+
-		"SELECT r.lock_name, r.epoch FROM `"+s.st.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ?"+s.holding("r")+" "+
+		"SELECT r.lock_name, r.epoch FROM `"+s.st.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ?"+s.holding("r", literal(s.session))+" "+
 		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.st.tbl.epoch+"`.epoch + 1, ?))", s.lock, claimed, s.session, claimed))
 	if err != nil {
 		return 0, during("bumping the epoch", schemaError(s.st.tbl, err))
