@@ -110,9 +110,12 @@ func (h *leaseHold) take(ctx context.Context) (*opening, error) {
 	return o, err
 }
 
-// begin writes the term's history once it has begun.
+// begin writes the term's history once it has begun, through the pool a
+// few terms at a time (spare).
 func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor) error {
-	return termStart{h.st, h.lock, h.id}.writeHistory(ctx, h.st.db, h.token, p, started)
+	return h.share.spare.run(ctx, func() error {
+		return termStart{h.st, h.lock, h.id}.writeHistory(ctx, h.st.db, h.token, p, started)
+	})
 }
 
 // renew extends the lease in the share's next renewal (leaseShare.renew).
@@ -121,11 +124,12 @@ func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor)
 // lease runs out.
 func (h *leaseHold) renew(ctx context.Context) error { return h.share.renewed(ctx, h) }
 
-// release records why the term ended; a lease ended as anything but
+// release records why the term ended, a few terms at a time (spare: a
+// stopped process's leases run out at once); a lease ended as anything but
 // "leading" is free for the next candidate's next try.
 func (h *leaseHold) release(ctx context.Context, end ending) error {
 	h.share.unhold(h)
-	return h.st.endTerm(ctx, h.st.db, h.lock, h.token, end)
+	return h.share.spare.run(ctx, func() error { return h.st.endTerm(ctx, h.st.db, h.lock, h.token, end) })
 }
 
 func (h *leaseHold) lost(ctx context.Context, end ending) error { return h.release(ctx, end) }

@@ -983,11 +983,12 @@ func (m *sharedCandidate) release(ctx context.Context, end ending) error {
 	})
 }
 
-// lost records, through the pool, why a term ended that the leader did
-// not end; close then frees the lock, if the session still holds it.
+// lost records, through the pool a few at a time (spare: a session that
+// dies ends thousands of terms at once), why a term ended that the leader
+// did not end; close then frees the lock, if the session still holds it.
 func (m *sharedCandidate) lost(ctx context.Context, end ending) error {
 	m.stopRenewing()
-	return m.st.endTerm(ctx, m.st.db, m.lock, m.token, end)
+	return m.s.sh.spare.run(ctx, func() error { return m.st.endTerm(ctx, m.st.db, m.lock, m.token, end) })
 }
 
 func (m *sharedCandidate) stopRenewing() {

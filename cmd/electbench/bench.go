@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -164,6 +166,33 @@ type steady struct {
 	// AllLedS is how long after the candidates started every election had
 	// had a leader, if there are several.
 	AllLedS float64 `json:"all_led_s,omitempty"`
+	// With several elections per process, what the server and the
+	// candidate processes use over the same window: CPU in percent of one
+	// core, resident memory in MiB (the processes': the most of any).
+	ServerCPU float64 `json:"server_cpu_pct,omitempty"`
+	ServerRSS float64 `json:"server_rss_mib,omitempty"`
+	ProcCPU   float64 `json:"process_cpu_pct_max,omitempty"`
+	ProcRSS   float64 `json:"process_rss_mib_max,omitempty"`
+}
+
+// usage is a process's CPU time so far and its resident memory, from
+// /proc (Linux, as the arena is: Pdeathsig).
+func usage(pid int) (cpu time.Duration, rssMiB float64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command, which may hold spaces, in parentheses.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) > 21 {
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		rss, _ := strconv.ParseInt(f[21], 10, 64)
+		// Clock ticks of 10 ms (USER_HZ is 100 on every Linux port Go
+		// supports), pages of 4 KiB.
+		cpu, rssMiB = time.Duration(utime+stime)*10*time.Millisecond, float64(rss*int64(os.Getpagesize()))/(1<<20)
+	}
+	return cpu, rssMiB
 }
 
 // measureSteady counts the statements and connections of the arena's idle
@@ -208,6 +237,14 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	if err != nil {
 		return steady{}, err
 	}
+	pids := []int{a.srv.PID()}
+	for _, p := range a.all() {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	cpu0 := make([]time.Duration, len(pids))
+	for i, pid := range pids {
+		cpu0[i], _ = usage(pid)
+	}
 	t1 := time.Now()
 	time.Sleep(5 * time.Second)
 	after, afterPrep, err := counts(ctx, a.admin)
@@ -222,6 +259,15 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 		Connections: conns, ConnsPerCand: float64(conns) / float64(n), RoundTripsPerSec: rt}
 	if a.elections > 1 {
 		s.Elections, s.AllLedS = a.elections, allLedS
+		for i, pid := range pids {
+			cpu, rss := usage(pid)
+			pct := 100 * (cpu - cpu0[i]).Seconds() / elapsed
+			if i == 0 {
+				s.ServerCPU, s.ServerRSS = pct, rss
+				continue
+			}
+			s.ProcCPU, s.ProcRSS = max(s.ProcCPU, pct), max(s.ProcRSS, rss)
+		}
 	}
 	return s, nil
 }
