@@ -185,7 +185,7 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 // them all below the replica's clock (docs/protocol.md, "Replicas and a
 // failover of the database").
 func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay time.Duration) (uint64, error) {
-	claimed := max(p.rec.Token+1, p.nowUS)
+	claimed := p.next()
 	v := s.values(p, claimed, delay)
 	if !p.exists {
 		_, err := q.ExecContext(ctx, "INSERT INTO `"+s.st.tbl.record+"` "+
@@ -202,7 +202,7 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 	}
 	where := s.unchanged(v)
 	res, err := q.ExecContext(ctx, s.set(v, "JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
-		", e.epoch = LAST_INSERT_ID(GREATEST(e.epoch + 1, "+v.epoch+"))"+where)
+		", e.epoch = LAST_INSERT_ID("+bumped("e.epoch", v.epoch)+")"+where)
 	if err != nil {
 		return 0, during("starting the term", schemaError(s.st.tbl, err))
 	}
@@ -237,8 +237,22 @@ type claimValues struct {
 	token, state, renewedUS, demoteUS                                              string // as read; demoteUS -1 for none
 }
 
+// claimColumn is one of a claim's values and its name in a batch's
+// derived table.
+type claimColumn struct {
+	name  string
+	value *string
+}
+
+func (v *claimValues) columns() []claimColumn {
+	return []claimColumn{{"lock_name", &v.lock}, {"name", &v.name}, {"strategy", &v.strategy}, {"epoch", &v.epoch}, {"identity", &v.identity},
+		{"host", &v.host}, {"pid", &v.pid}, {"session", &v.session}, {"lease_us", &v.leaseUS}, {"delay_until", &v.delayUntil},
+		{"token", &v.token}, {"state", &v.state}, {"renewed_us", &v.renewedUS}, {"demote_us", &v.demoteUS}}
+}
+
 // values is the claim of s after p at epoch claimed, with the lock-delay
-// delay counted from the read, as literals.
+// delay counted from the read, as literals: the names, identity and lock
+// with their columns' collations, which a batch's derived table needs.
 func (s termStart) values(p predecessor, claimed uint64, delay time.Duration) claimValues {
 	host, _ := os.Hostname()
 	_, strategy := s.st.settled()
@@ -249,11 +263,19 @@ func (s termStart) values(p predecessor, claimed uint64, delay time.Duration) cl
 	if p.rec.demoteAt.Valid {
 		demoteUS = p.rec.demoteAt.Int64
 	}
-	return claimValues{lock: literal(s.lock), name: literal(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
-		identity: literal(s.st.cfg.Identity), host: literal(host), pid: literal(os.Getpid()), session: literal(s.session),
+	return claimValues{lock: lockLiteral(s.lock), name: binLiteral(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
+		identity: binLiteral(s.st.cfg.Identity), host: literal(host), pid: literal(os.Getpid()), session: literal(s.session),
 		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), delayUntil: delayUntil,
 		token: literal(p.rec.Token), state: literal(p.rec.State), renewedUS: literal(p.rec.Renewed.UnixMicro()), demoteUS: literal(demoteUS)}
 }
+
+// next is the token a term that follows p claims: above p's, and at least
+// the server's clock at the read (see claim).
+func (p predecessor) next() uint64 { return max(p.rec.Token+1, p.nowUS) }
+
+// bumped is the epoch column col bumped for a claim at claimed (SQL): by
+// one, and to at least claimed.
+func bumped(col, claimed string) string { return "GREATEST(" + col + " + 1, " + claimed + ")" }
 
 // set is the claim's UPDATE of the record as r, joined to join. A bump
 // added to it must depend on no column it assigns: a multi-table UPDATE
@@ -295,7 +317,7 @@ type starter struct {
 type opening struct {
 	s     termStart
 	taken bool          // in a batch; guarded by the starter's mu
-	alone bool          // to be opened alone: the first term, or a record older than its epoch row
+	alone bool          // to be opened alone (see claimBatch)
 	done  chan struct{} // closed when the outcome is in
 
 	since func() time.Time // what the lease counts from, read just before the start's read
@@ -306,9 +328,14 @@ type opening struct {
 	err   error
 }
 
-// startBatch bounds a batch, and so its statements' size (about 300
-// bytes an election).
-const startBatch = 1000
+// startBatch and startBytes bound a batch, and so its statements' size,
+// well below the smallest max_allowed_packet a server here starts with
+// (4 MiB, MySQL 5.7): an election's row is a few hundred bytes, plus its
+// name and identity, which may be long.
+const (
+	startBatch = 1000
+	startBytes = 1 << 20
+)
 
 // open opens s's term as termStart.open does, in a batch with the others
 // queued, and returns its outcome. A start taken into a batch is waited
@@ -328,7 +355,7 @@ func (b *starter) open(ctx context.Context, s termStart, since func() time.Time)
 	b.queue = append(b.queue, o)
 	b.mu.Unlock()
 	err := b.spare.run(ctx, func() error {
-		b.flush(o)
+		b.flush(ctx, o)
 		return nil
 	})
 	if err != nil {
@@ -359,8 +386,10 @@ func (b *starter) open(ctx context.Context, s termStart, since func() time.Time)
 
 // flush opens the queued starts in batches until o's has been taken into
 // one. A batch holds one start of an election at most (two candidates of
-// a process may wait in one): another waits for the next.
-func (b *starter) flush(o *opening) {
+// a process may wait in one): another waits for the next. Its statements
+// run on one session, which sees its own claims on a cluster too; they
+// keep ctx's values, not its end.
+func (b *starter) flush(ctx context.Context, o *opening) {
 	for {
 		b.mu.Lock()
 		if o.taken {
@@ -368,18 +397,34 @@ func (b *starter) flush(o *opening) {
 			return
 		}
 		var batch []*opening
-		in := map[string]bool{}
+		in, size := map[string]bool{}, 0
 		for _, q := range b.queue {
-			if len(batch) < startBatch && !in[q.s.lock] {
-				q.taken, in[q.s.lock] = true, true
-				batch = append(batch, q)
+			n := 300 + 2*(len(q.s.st.name)+len(q.s.st.cfg.Identity)) // hex
+			if in[q.s.lock] || len(batch) == startBatch || len(batch) > 0 && size+n > startBytes {
+				continue
 			}
+			q.taken, in[q.s.lock], size = true, true, size+n
+			batch = append(batch, q)
 		}
 		b.queue = slices.DeleteFunc(b.queue, func(q *opening) bool { return q.taken })
 		b.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), b.limit)
+		// In one order, so that two processes' batches lock the rows they
+		// share in one order.
+		slices.SortFunc(batch, func(x, y *opening) int { return strings.Compare(x.s.lock, y.s.lock) })
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.limit)
+		conn, err := b.db.Conn(bctx)
 		for try := 0; len(batch) > 0; try++ {
-			batch = claimBatch(ctx, b.db, batch, try)
+			if err != nil {
+				for _, q := range batch {
+					q.err = during("reading the record", refusal(err))
+					close(q.done)
+				}
+				break
+			}
+			batch = claimBatch(bctx, conn, batch, try)
+		}
+		if conn != nil {
+			conn.Close()
 		}
 		cancel()
 	}
@@ -390,15 +435,22 @@ func (b *starter) flush(o *opening) {
 // read of their records (read's, joined to the batch), their claims, each
 // a compare-and-set on its read that bumps its epoch row (claim's, in one
 // multi-table UPDATE joined to the claims), and a read of the records and
-// epoch rows, which tells whose claim landed and its token. A start whose
-// election has no record yet, or no epoch row, is opened alone. It
-// returns the starts whose claims lost a race on the first try, to be
-// tried again; on the second they are ErrHeld, as open's are. Each start
-// not returned is done, or left alone.
-func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (raced []*opening) {
+// epoch rows, which tells whose claim landed and its token. It returns the
+// starts whose claims lost a race on the first try, to be tried again; on
+// the second they are ErrHeld, as open's are. Every other start is done
+// when it returns, or left to be opened alone: one whose election has no
+// record yet, or no epoch row, and every claim of a batch whose UPDATE
+// lost to another transaction or waited too long for a row (a leader
+// stopped inside a fenced transaction holds its epoch row): one election's
+// wait or conflict must not become every other's.
+func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int) (raced []*opening) {
 	defer func() {
+		again := map[*opening]bool{}
+		for _, o := range raced {
+			again[o] = true
+		}
 		for _, o := range batch {
-			if !slices.Contains(raced, o) {
+			if !again[o] {
 				close(o.done)
 			}
 		}
@@ -408,7 +460,7 @@ func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (rac
 	names := make([][]string, len(batch))
 	for i, o := range batch {
 		byLock[o.s.lock] = o
-		names[i] = []string{lockLiteral(o.s.lock), identityLiteral(o.s.st.cfg.Identity)}
+		names[i] = []string{lockLiteral(o.s.lock), binLiteral(o.s.st.cfg.Identity)}
 	}
 	fail := func(starts []*opening, err error) {
 		for _, o := range starts {
@@ -425,7 +477,7 @@ func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (rac
 		lock        string
 		epochExists bool
 	}
-	reads, err := collect(ctx, db, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
+	reads, err := collect(ctx, conn, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
 		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
 		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r read, err error) {
 		r.p.exists = true
@@ -443,7 +495,7 @@ func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (rac
 	var (
 		claims  []*opening
 		claimed = map[*opening]uint64{}
-		values  [][]string
+		rows    [][]string
 	)
 	for _, o := range batch {
 		if !found[o] {
@@ -453,35 +505,31 @@ func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (rac
 		if o.delay, o.err = o.s.decide(o.p); o.err != nil {
 			continue
 		}
-		claimed[o] = max(o.p.rec.Token+1, o.p.nowUS)
-		v := o.s.values(o.p, claimed[o], o.delay)
-		v.lock, v.identity, v.name = lockLiteral(o.s.lock), identityLiteral(o.s.st.cfg.Identity), identityLiteral(o.s.st.name)
-		claims = append(claims, o)
-		values = append(values, []string{v.lock, v.name, v.strategy, v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.delayUntil,
-			v.token, v.state, v.renewedUS, v.demoteUS})
+		claimed[o] = o.p.next()
+		v, row := o.s.values(o.p, claimed[o], o.delay), []string(nil)
+		for _, c := range v.columns() {
+			row = append(row, *c.value)
+		}
+		claims, rows = append(claims, o), append(rows, row)
 	}
 	if len(claims) == 0 {
 		return nil
 	}
-	lose := func() []*opening {
-		if try == 0 {
-			return claims
-		}
-		fail(claims, ErrHeld)
-		return nil
-	}
-	cols := []string{"lock_name", "name", "strategy", "epoch", "identity", "host", "pid", "session", "lease_us", "delay_until",
-		"token", "state", "renewed_us", "demote_us"}
-	x := claimValues{}
-	for i, f := range []*string{&x.lock, &x.name, &x.strategy, &x.epoch, &x.identity, &x.host, &x.pid, &x.session, &x.leaseUS, &x.delayUntil,
-		&x.token, &x.state, &x.renewedUS, &x.demoteUS} {
-		*f = "x." + cols[i]
+	var (
+		x    claimValues
+		cols []string
+	)
+	for _, c := range x.columns() {
+		*c.value, cols = "x."+c.name, append(cols, c.name)
 	}
 	s := claims[0].s
-	_, err = db.ExecContext(ctx, s.set(x, "JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name JOIN "+derived(cols, values)+" x ON x.lock_name = r.lock_name")+
-		", e.epoch = GREATEST(e.epoch + 1, x.epoch)"+s.unchanged(x))
-	if conflict(err) { // the claims' transaction lost to another's
-		return lose()
+	_, err = conn.ExecContext(ctx, s.set(x, "JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name JOIN "+derived(cols, rows)+" x ON x.lock_name = r.lock_name")+
+		", e.epoch = "+bumped("e.epoch", x.epoch)+s.unchanged(x))
+	if conflict(err) || serverError(err, 1205) { // lost to another transaction, or a lock wait timed out: nothing was claimed
+		for _, o := range claims {
+			o.alone = true
+		}
+		return nil
 	}
 	if err != nil {
 		fail(claims, during("starting the term", schemaError(tbl, err)))
@@ -495,11 +543,16 @@ func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (rac
 		lock                    string
 		session, claimed, token uint64
 	}
-	landings, err := collect(ctx, db, tbl, "record", "SELECT r.lock_name, r.conn_id, r.epoch, e.epoch FROM `"+tbl.record+"` r "+
+	landings, err := collect(ctx, conn, tbl, "record", "SELECT r.lock_name, r.conn_id, r.epoch, e.epoch FROM `"+tbl.record+"` r "+
 		"JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name WHERE r.lock_name IN ("+literals(locks)+")", func(rows *sql.Rows) (l landed, err error) {
 		return l, rows.Scan(&l.lock, &l.session, &l.claimed, &l.token)
 	})
 	if err != nil {
+		// The claims may have landed: give them up, as a start whose bump
+		// failed does, so that no one waits for them to go stale.
+		for _, o := range claims {
+			o.s.unclaim(ctx, conn, claimed[o])
+		}
 		fail(claims, err)
 		return nil
 	}
@@ -509,20 +562,28 @@ func claimBatch(ctx context.Context, db *sql.DB, batch []*opening, try int) (rac
 	}
 	var lost []*opening
 	for _, o := range claims {
-		switch l := got[o.s.lock]; {
+		l := got[o.s.lock]
+		switch {
 		case l.session != o.s.session || l.claimed != claimed[o]:
 			lost = append(lost, o)
+			continue
 		case l.token < claimed[o]:
 			o.err = fmt.Errorf("election: starting the term: the epoch is %d, below the claimed %d", l.token, claimed[o])
-		default:
-			o.token, o.err = o.s.follow(ctx, db, claimed[o], l.token)
+			continue
+		}
+		if o.token, o.err = o.s.follow(ctx, conn, claimed[o], l.token); errors.Is(o.err, errRaced) {
+			o.err = nil
+			lost = append(lost, o)
 		}
 	}
 	if len(lost) == 0 {
 		return nil
 	}
-	claims = lost
-	return lose()
+	if try == 0 {
+		return lost
+	}
+	fail(lost, ErrHeld)
+	return nil
 }
 
 // derived is a derived table of rows (SQL values) with columns cols,
@@ -550,15 +611,20 @@ func derived(cols []string, rows [][]string) string {
 	return b.String()
 }
 
-// lockLiteral and identityLiteral are a lock name and an identity (or an
-// election's name) with the collations of their columns in the tables: a
-// derived table's column is compared to a table's as an implicit
-// collation, where a literal is coercible, and two implicit collations
-// that differ are an error.
-func lockLiteral(lock string) string { return "_ascii'" + lock + "' COLLATE ascii_bin" }
+// lockLiteral and binLiteral are a lock name, and an identity or an
+// election's name, with the character sets and collations of their columns
+// in the tables: a derived table's column is compared to a table's as an
+// implicit collation, where a literal is coercible, and two implicit
+// collations that differ are an error.
+func lockLiteral(lock string) string { return collated(lock, "ascii", "ascii_bin") }
 
-func identityLiteral(identity string) string {
-	return "_utf8mb4 X'" + hex.EncodeToString([]byte(identity)) + "' COLLATE utf8mb4_bin"
+func binLiteral(s string) string { return collated(s, "utf8mb4", "utf8mb4_bin") }
+
+func collated(s, charset, collation string) string {
+	if plain(s) {
+		return "_" + charset + "'" + s + "' COLLATE " + collation
+	}
+	return "_" + charset + " X'" + hex.EncodeToString([]byte(s)) + "' COLLATE " + collation
 }
 
 // bump bumps the epoch after a claim made in a statement of its own; one
@@ -582,7 +648,7 @@ func (s termStart) bump(ctx context.Context, q querier, claimed uint64) (uint64,
 func (s termStart) bumpEpoch(ctx context.Context, q querier, claimed uint64) (uint64, error) {
 	res, err := q.ExecContext(ctx, text("INSERT INTO `"+s.st.tbl.epoch+"` (lock_name, epoch) "+
 		"SELECT r.lock_name, r.epoch FROM `"+s.st.tbl.record+"` r WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ?"+s.holding("r", literal(s.session))+" "+
-		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID(GREATEST(`"+s.st.tbl.epoch+"`.epoch + 1, ?))", s.lock, claimed, s.session, claimed))
+		"ON DUPLICATE KEY UPDATE epoch = LAST_INSERT_ID("+bumped("`"+s.st.tbl.epoch+"`.epoch", "?")+")", s.lock, claimed, s.session, claimed))
 	if err != nil {
 		return 0, during("bumping the epoch", schemaError(s.st.tbl, err))
 	}
