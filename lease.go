@@ -56,18 +56,17 @@ func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, err
 
 // win is acquire's loop.
 func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error) {
-	// As for a pinned session, whose lock waits end after 2W: a try stuck
-	// in a network partition gives up, so that the candidate soon tries
-	// again, yet one blocked behind the epoch row of a leader stopped inside
-	// a fenced transaction outlasts it (the server ends that one after W).
-	// A few at a time (spare): a process that joins a thousand elections
-	// at once must not send a thousand statements at once.
-	bounded := func(f func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(ctx, l.st.cfg.tryLimit())
-		defer cancel()
-		return h.share.spare.run(ctx, func() error { return f(ctx) })
-	}
-	if err := bounded(func(ctx context.Context) error { return h.row.join(ctx, l.st.db) }); err != nil {
+	// The join and each try are bounded by 2W, as a pinned session's lock
+	// waits are (the tries by the starter's limit): one stuck in a network
+	// partition gives up, so that the candidate soon tries again, yet one
+	// blocked behind the epoch row of a leader stopped inside a fenced
+	// transaction outlasts it (the server ends that one after W). A few at
+	// a time (spare): a process that joins a thousand elections at once
+	// must not send a thousand statements at once.
+	joinCtx, cancel := context.WithTimeout(ctx, l.st.cfg.tryLimit())
+	err := h.share.spare.run(joinCtx, func() error { return h.row.join(joinCtx, l.st.db) })
+	cancel()
+	if err != nil {
 		return won{}, err
 	}
 	if !try {

@@ -361,14 +361,15 @@ func (s *sharedSession) admit() {
 // which bounds its size (about a quarter of a megabyte).
 const lockBatch = 5000
 
-// tryLock tries the lock named by the SQL expression name, unless another
+// tryLock tries the lock named by the SQL expression name, unless a
 // session holds it: MariaDB's GET_LOCK searches the user locks the calling
 // session holds, one by one, so a session that holds 10,000 locks spent
 // 50-150 µs on each try of a lock held elsewhere, against 8 µs for one
 // that holds none, and 4 µs on IS_USED_LOCK, a lookup by name (MariaDB
 // 10.11, measured here; docs/benchmarks.md, "3 processes × 10,000
-// elections": the idle server's CPU fell from 185% to 49% of a core). A lock this session holds already is not taken again: a
-// shared session never relies on GET_LOCK being re-entrant.
+// elections": the idle server's CPU fell from 185% to 49% of a core). A
+// lock this session holds already is not taken again: a shared session
+// never relies on GET_LOCK being re-entrant.
 func tryLock(name string) string {
 	return "IF(IS_USED_LOCK(" + name + ") IS NULL, GET_LOCK(" + name + ", 0), 0)"
 }

@@ -1,9 +1,10 @@
 package election
 
 // The term start: a read of the record, then the claim of it together with
-// the epoch bump, two statements after the candidate has won; and the
-// history, which the term writes once it has begun. See docs/protocol.md,
-// "Campaign".
+// the epoch bump, two statements after the candidate has won, or three for
+// the many starts a process makes at once (starter); and the history,
+// which the term writes once it has begun. See docs/protocol.md,
+// "Campaign" and "Shared sessions".
 
 import (
 	"context"
@@ -94,7 +95,7 @@ func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
 // ER_USER_LOCK_WRONG_NAME; read, not tested here); MariaDB returns NULL.
 func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 	var p predecessor
-	err := q.QueryRowContext(ctx, text("SELECT "+predecessorColumns(s.st.tbl, "?", literal(s.st.cfg.Identity))+", r.lock_name IS NOT NULL "+
+	err := q.QueryRowContext(ctx, text("SELECT "+predecessorColumns(s.st.tbl, "?", binLiteral(s.st.cfg.Identity))+", r.lock_name IS NOT NULL "+
 		"FROM (SELECT 1) d LEFT JOIN `"+s.st.tbl.record+"` r ON r.lock_name = ?", s.lock, s.lock)).
 		Scan(append(p.fields(), &p.exists)...)
 	if err != nil {
