@@ -75,19 +75,15 @@ func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error)
 	var seen leaderSeen
 	for {
 		o, err := h.take(ctx)
-		var p predecessor
-		if o != nil {
-			p = o.p
-		}
 		switch {
 		case err == nil:
-			return won{h: h, token: h.token, sent: o.sent, delay: o.delay, p: p}, nil
+			return won{h: h, token: h.token, sent: o.sent, delay: o.delay, p: o.p}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
 		case try:
 			return won{}, ErrHeld
 		case errors.Is(err, ErrHeld):
-			seen.see(l.log, p.rec.Identity, p.rec.Token)
+			seen.see(l.log, o.p.rec.Identity, o.p.rec.Token)
 		}
 		if err := h.share.awaitFree(ctx, h, &seen, l.log); err != nil {
 			return won{}, err

@@ -255,10 +255,11 @@ type move struct {
 
 // moves returns the hand-overs member self makes so that no member owns
 // more than its share, ceil(N/M) of N shards over M live members: each
-// member that owns more gives its excess, shards it may hand over, each to the member that owns fewest among those below
-// their share that campaign in that shard. Givers take turns in the order
-// of their names, and ties go by name, so every member computes the same
-// moves from the same read and makes only its own.
+// member that owns more gives its excess, shards it may hand over, each to
+// the member that owns fewest among those below their share that campaign
+// in that shard. Givers take turns in the order of their names, and ties
+// go by name, so every member computes the same moves from the same read
+// and makes only its own.
 func (g spreadRead) moves(self string) []move {
 	members := slices.Clone(g.members)
 	if !slices.Contains(members, self) {

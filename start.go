@@ -339,7 +339,8 @@ const (
 )
 
 // open opens s's term as termStart.open does, in a batch with the others
-// queued, and returns its outcome. A start taken into a batch is waited
+// queued, and returns its outcome (an empty one with an error when ctx
+// ended before a batch took it). A start taken into a batch is waited
 // for, even after ctx ends: the batch is bounded by the starter's limit,
 // and a term it started is the caller's to end. One the batch leaves alone
 // is opened alone, a few at a time, as before batches: a thousand first
@@ -367,7 +368,7 @@ func (b *starter) open(ctx context.Context, s termStart, since func() time.Time)
 		}
 		b.mu.Unlock()
 		if !taken {
-			return nil, err
+			return o, err
 		}
 	}
 	<-o.done
@@ -379,7 +380,7 @@ func (b *starter) open(ctx context.Context, s termStart, since func() time.Time)
 			o.token, o.delay, o.p, o.err = o.s.open(ctx, b.db)
 			return nil
 		}); err != nil {
-			return nil, err
+			return o, err
 		}
 	}
 	return o, o.err

@@ -292,7 +292,7 @@ func TestScale(t *testing.T) {
 	}
 	// GetLock pins a session per elector: at least one per election and process.
 	if c := res.Runs[0].Many.Cost; c.Elections != 3 || c.Candidates != 2 || c.Connections < 6 || c.QueriesPerSec <= 0 ||
-		c.ServerRSS <= 0 || c.ProcRSS <= 0 || c.ServerCPU < 0 || c.ProcCPU < 0 {
+		c.ServerRSS <= 0 || c.ProcRSS <= 0 {
 		t.Errorf("many elections: %+v", c)
 	}
 }
