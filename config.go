@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
@@ -33,6 +34,13 @@ const maxDuration = maxWaitTimeout * time.Second
 
 // maxIdentity is what the tables' identity columns hold, in characters.
 const maxIdentity = 255
+
+// maxValue and maxVersion bound a proclaimed value, in bytes, and a
+// version, in characters, as their columns do.
+const (
+	maxValue   = 1024
+	maxVersion = 64
+)
 
 // Strategy is how candidates hold an election.
 type Strategy int
@@ -140,6 +148,40 @@ type Config struct {
 	// Observer receives events, for metrics. Default: none. New and
 	// NewOperator take its hooks as they are then: set them before.
 	Observer *Observer
+
+	// Value is what this candidate proclaims while it leads: an address
+	// clients can dial, an endpoint, a version. Followers read it
+	// (Elector.Leader, Operator.Leader, Watch, electctl status), and
+	// RedirectHandler sends their HTTP clients to it. A leader changes it
+	// with Term.Proclaim. At most 1024 bytes of printable UTF-8.
+	Value string
+	// Priority ranks this candidate for leadership, higher first (default
+	// 0). It moves leaders only where PreferAfter is set.
+	Priority int32
+	// Version is shown beside this candidate (Candidates, electctl), for
+	// rolling deploys; it is not compared: to prefer a version, give it a
+	// higher Priority. At most 64 printable characters.
+	Version string
+	// PreferAfter turns preferred leaders on: a leader whose term has
+	// lasted PreferAfter hands over (as Operator.Handover does, lock-delay
+	// and all) to the live, healthy candidate of the highest Priority above
+	// its own that has campaigned for PreferAfter without a break. It looks
+	// every PreferAfter/2, one statement. A candidate that comes and goes
+	// more often than that never moves the leader, equals never do, and a
+	// leader moves for priority at most once per PreferAfter. Default 0:
+	// never; else at least Lease.
+	PreferAfter time.Duration
+	// Health is a check Run makes every Interval, with a context that ends
+	// after Interval (a check still running then fails). After
+	// HealthFailures failures in a row the candidate is unhealthy: a leader
+	// resigns (its term ends "unhealthy", its function stopped first, as
+	// on a demotion), and a waiting candidate stops campaigning, so it is
+	// neither elected nor a hand-over target, until a check passes.
+	// Default: none. Campaign and TryRun do not run it.
+	Health func(ctx context.Context) error
+	// HealthFailures is how many checks in a row must fail before the
+	// candidate counts as unhealthy. Default 3.
+	HealthFailures int
 }
 
 // Observer receives an Elector's events (and an Operator's kills), for
@@ -170,6 +212,12 @@ type Observer struct {
 	// CampaignFailed: a campaign under Run failed. Run retries it, or
 	// returns err when retrying cannot fix it (see Run).
 	CampaignFailed func(election string, err error)
+	// HealthChecked: Run made a health check (Config.Health); err is nil
+	// if it passed. healthy is what the candidate counts as after it.
+	HealthChecked func(election string, healthy bool, err error)
+	// Preempted: this leader asked to hand over to candidate to, of a
+	// higher priority (Config.PreferAfter).
+	Preempted func(election, to string)
 }
 
 // The hooks, each a no-op where its field is nil.
@@ -210,6 +258,18 @@ func (o *Observer) campaignFailed(election string, err error) {
 	}
 }
 
+func (o *Observer) healthChecked(election string, healthy bool, err error) {
+	if o.HealthChecked != nil {
+		o.HealthChecked(election, healthy, err)
+	}
+}
+
+func (o *Observer) preempted(election, to string) {
+	if o.Preempted != nil {
+		o.Preempted(election, to)
+	}
+}
+
 // waitTimeout is the pinned sessions' wait_timeout W, in whole seconds.
 func (c Config) waitTimeout() int64 {
 	return int64(math.Ceil((c.Lease + c.Margin).Seconds()))
@@ -247,6 +307,9 @@ func (c Config) withDefaults() Config {
 	if c.HistoryLimit == 0 {
 		c.HistoryLimit = DefaultHistoryLimit
 	}
+	if c.HealthFailures == 0 {
+		c.HealthFailures = 3
+	}
 	if c.Identity == "" {
 		c.Identity = defaultIdentity()
 	}
@@ -266,12 +329,15 @@ func (c Config) validate() error {
 	for _, d := range []struct {
 		field string
 		value time.Duration
-	}{{"Interval", c.Interval}, {"Lease", c.Lease}, {"Margin", c.Margin}, {"CheckInterval", c.CheckInterval}} {
+	}{{"Interval", c.Interval}, {"Lease", c.Lease}, {"Margin", c.Margin}, {"CheckInterval", c.CheckInterval}, {"PreferAfter", c.PreferAfter}} {
 		if d.value > maxDuration {
 			return bad("%s %v exceeds %v, the longest wait_timeout a server accepts (Lease+Margin must fit in it)", d.field, d.value, maxDuration)
 		}
 	}
 	if err := validIdentity(c.Identity); err != nil {
+		return err
+	}
+	if err := validValue(c.Value); err != nil {
 		return err
 	}
 	// Every value is at most a year now, so no sum or product below
@@ -294,6 +360,12 @@ func (c Config) validate() error {
 		return bad("Lease+Margin %v exceeds what the server's wait_timeout can express (%ds)", c.Lease+c.Margin, maxWaitTimeout)
 	case c.HistoryLimit < 1:
 		return bad("HistoryLimit %d must be at least 1", c.HistoryLimit)
+	case c.PreferAfter != 0 && c.PreferAfter < c.Lease:
+		return bad("PreferAfter %v is shorter than Lease %v: a candidate that came and went within a lease could move the leader; use Lease or more, or 0 to never move a leader for priority", c.PreferAfter, c.Lease)
+	case c.HealthFailures < 1:
+		return bad("HealthFailures %d must be at least 1", c.HealthFailures)
+	case !utf8.ValidString(c.Version) || utf8.RuneCountInString(c.Version) > maxVersion || !printable(c.Version):
+		return bad("Version %q must be at most %d printable characters", c.Version, maxVersion)
 	case c.Strategy != Auto && c.Strategy != GetLock && c.Strategy != LeaseRow:
 		return bad("Strategy %v is unknown: leave it unset, or use election.GetLock or election.LeaseRow", c.Strategy)
 	}
@@ -328,6 +400,18 @@ func validIdentity(id string) error {
 		return bad("ends in a space, which the tables ignore when they compare identities: \"a \" and \"a\" would be one candidate; remove it")
 	case !printable(id):
 		return bad("holds control, format or invisible characters, which would garble what operators read; use printable characters")
+	}
+	return nil
+}
+
+// validValue refuses a value (Config.Value, Term.Proclaim) the record
+// cannot hold or that would garble what operators read.
+func validValue(v string) error {
+	switch {
+	case len(v) > maxValue:
+		return fmt.Errorf("%w: the value is %d bytes long; the limit is %d", ErrInvalidConfig, len(v), maxValue)
+	case !utf8.ValidString(v) || !printable(v):
+		return fmt.Errorf("%w: the value %q is not printable UTF-8 (control, format or invisible characters would garble what operators read)", ErrInvalidConfig, v)
 	}
 	return nil
 }

@@ -343,15 +343,38 @@ func (e *Elector) Leader(ctx context.Context) (Record, error) {
 // again).
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
 	defer e.leave(ctx)
+	var h *health
+	if e.st.cfg.Health != nil {
+		var stop func()
+		h, stop = e.watchHealth(ctx)
+		defer stop()
+	}
 	e.setStopped(nil)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = e.st.cfg.Interval
 	b.MaxInterval = e.st.cfg.Lease
 	b.MaxElapsedTime = 0
 	for {
+		// An unhealthy candidate waits, and its campaign ends when it turns so.
+		waitCtx, cancel := ctx, context.CancelFunc(func() {})
+		if h != nil {
+			var err error
+			if waitCtx, cancel, err = h.campaignable(ctx); err != nil {
+				return err
+			}
+		}
 		// The term outlives ctx so that it is released only after fn returns.
-		t, err := e.campaign(ctx, context.WithoutCancel(ctx), false)
+		t, err := e.campaign(waitCtx, context.WithoutCancel(ctx), false)
+		cancel()
+		if err == nil && h != nil && !h.isHealthy() {
+			t.cancel(ErrUnhealthy) // turned unhealthy as the term began
+			t.Resign(context.WithoutCancel(ctx))
+			continue
+		}
 		if err != nil {
+			if ctx.Err() == nil && waitCtx.Err() != nil {
+				continue // turned unhealthy: wait until healthy
+			}
 			if err := e.retry(ctx, b, err); err != nil {
 				return err
 			}

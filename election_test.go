@@ -744,8 +744,9 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
 		prepare = append(prepare, step{"check " + tbl, "SELECT lock_name FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
 	}
-	prepare = append(prepare, step{"check the term's server column", "SELECT server FROM `election_term` LIMIT 0", "checking the tables"},
-		step{"check the record's delay_until column", "SELECT delay_until FROM `election_record` LIMIT 0", "checking the tables"})
+	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value FROM `election_record` LIMIT 0", "checking the tables"},
+		step{"check the candidate's added columns", "SELECT value, priority, version, healthy, waiting_since FROM `election_candidate` LIMIT 0", "checking the tables"},
+		step{"check the term's added column", "SELECT server FROM `election_term` LIMIT 0", "checking the tables"})
 	session := []step{
 		{"session timeouts", "SET SESSION wait_timeout", "setting up the session"},
 		{"session id and candidate lock", "SELECT CONNECTION_ID(), GET_LOCK(", "setting up the session"},

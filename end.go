@@ -19,6 +19,7 @@ const (
 	stateResigned     = "resigned"      // Resign, or the campaign's context ended
 	stateDemoted      = "demoted"       // stepped down when asked (Demote)
 	stateHandedOver   = "handed-over"   // stepped down for a named successor (Handover)
+	stateUnhealthy    = "unhealthy"     // stepped down when its health check failed (Config.Health)
 	stateHangKilled   = "hang-killed"   // stuck inside a query; its session was killed
 	stateDemoteKilled = "demote-killed" // did not step down when asked; its session was killed
 	stateLeaseExpired = "lease-expired" // no keepalive confirmed within the lease

@@ -59,6 +59,9 @@ var (
 	// ErrDemoted: an operator asked the leader to step down (Demote,
 	// Handover) and it did.
 	ErrDemoted = errors.New("election: demoted")
+	// ErrUnhealthy: the leader's health check (Config.Health) failed
+	// HealthFailures times in a row, and Run ended its term.
+	ErrUnhealthy = errors.New("election: unhealthy")
 
 	// ErrIdentityInUse: another live session campaigns in the election under
 	// this candidate's identity; give every candidate its own

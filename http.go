@@ -1,14 +1,19 @@
 package election
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"sync"
 	"time"
 )
 
 // LeaderHandler answers 200 while this candidate leads with a valid lease,
 // and 503 otherwise, so that a load balancer sends traffic only to the
-// leader. It does no I/O: it reads the local lease.
+// leader. It does no I/O: it reads the local lease. RedirectToLeader
+// sends followers' requests to the leader instead.
 func (e *Elector) LeaderHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e.IsLeader() {
@@ -49,4 +54,55 @@ func reply(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(code)
 	fmt.Fprintln(w, msg)
+}
+
+// RedirectToLeader serves requests with next while this candidate leads
+// with a valid lease, and answers a follower's with a 307 to the leader:
+// to the URL it proclaims (Config.Value, Term.Proclaim), with the
+// request's path and query appended, as Vault's standby nodes do. It
+// answers 503 when nobody leads, and when the leader's value is not an
+// absolute http or https URL. It reads the record at most once per
+// Interval for all requests.
+func (e *Elector) RedirectToLeader(next http.Handler) http.Handler {
+	var (
+		mu   sync.Mutex
+		rec  Record
+		err  error
+		read time.Time
+	)
+	leader := func(ctx context.Context) (Record, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if read.IsZero() || time.Since(read) >= e.st.cfg.Interval {
+			ctx, cancel := context.WithTimeout(ctx, e.st.cfg.Interval)
+			defer cancel()
+			rec, err = e.Leader(ctx)
+			read = time.Now()
+		}
+		return rec, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e.IsLeader() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec, err := leader(r.Context())
+		switch {
+		case errors.Is(err, ErrNoLeader), err == nil && rec.Identity == e.Identity():
+			// The record may still name this candidate's term, just ended.
+			reply(w, http.StatusServiceUnavailable, "no leader")
+			return
+		case err != nil:
+			reply(w, http.StatusServiceUnavailable, "cannot read who leads")
+			return
+		}
+		to, perr := url.Parse(rec.Value)
+		if perr != nil || to.Scheme != "http" && to.Scheme != "https" || to.Host == "" {
+			reply(w, http.StatusServiceUnavailable, fmt.Sprintf("the leader %q proclaims no http or https URL to redirect to: %q", rec.Identity, rec.Value))
+			return
+		}
+		to = to.JoinPath(r.URL.Path)
+		to.RawQuery = r.URL.RawQuery
+		http.Redirect(w, r, to.String(), http.StatusTemporaryRedirect)
+	})
 }

@@ -59,17 +59,26 @@ type store struct {
 	shard bool      // a shard's (Shards): it never takes one of the pool's own sessions
 
 	mu       sync.Mutex
-	lock     string    // the lock name, once learnt
-	ready    bool      // a candidate has checked the tables and the server
-	platform platform  // the server, once ready
-	strategy Strategy  // the candidate's, once ready: Config.Strategy, or the one the server supports
-	owed     []owedEnd // ends of terms not recorded yet (see payOwed)
-	starts   int       // terms started through this store, for pruneDue
+	lock     string       // the lock name, once learnt
+	ready    bool         // a candidate has checked the tables and the server
+	platform platform     // the server, once ready
+	strategy Strategy     // the candidate's, once ready: Config.Strategy, or the one the server supports
+	owed     []owedEnd    // ends of terms not recorded yet (see payOwed)
+	starts   int          // terms started through this store, for pruneDue
+	value    string       // what its terms proclaim: Config.Value, or the last Term.Proclaim
+	healthy  sql.NullBool // Run's health (Config.Health), for the candidate row; NULL without a check
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
 	tbl := tablesFor(cfg.TablePrefix)
-	return &store{db: db, name: name, cfg: cfg, tbl: tbl, first: firstUseOf(db, tbl)}
+	return &store{db: db, name: name, cfg: cfg, tbl: tbl, first: firstUseOf(db, tbl), value: cfg.Value}
+}
+
+// proclaimed returns the value this candidate's terms proclaim.
+func (s *store) proclaimed() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.value
 }
 
 // pruneDue counts a term started and says whether its history write
@@ -108,6 +117,9 @@ type Record struct {
 	DemotedAgo time.Duration
 	// HandoverTo is the candidate a pending hand-over prefers.
 	HandoverTo string
+	// Value is what the holder proclaims (Config.Value, Term.Proclaim).
+	// It is written by the leader's code: print it quoted.
+	Value string
 
 	demoted  bool          // a demotion of this term was requested (DemotedAgo counts from it)
 	demoteAt sql.NullInt64 // the last request's time as stored, µs, for the claim's compare-and-set
@@ -171,7 +183,7 @@ func (r Record) overdue() string {
 // gracefully may act until its lease has certainly expired.
 func (r Record) lockDelay() time.Duration {
 	switch r.State {
-	case stateResigned, stateDemoted, stateHandedOver:
+	case stateResigned, stateDemoted, stateHandedOver, stateUnhealthy:
 		return 0
 	case stateHangKilled, stateDemoteKilled:
 	default:
@@ -309,7 +321,7 @@ func recordColumns(owner string) string {
 	return "r.name, r.strategy, r.state, r.epoch, r.holder, r.host, r.pid, r.conn_id, " +
 		utcMicros("r.since") + ", " + utcMicros("r.renewed_at") + ", " + utcMicros("r.ended_at") + ", " +
 		ageMicros("r.renewed_at") + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
-		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to"
+		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to, r.value"
 }
 
 // fields returns the scan targets for recordColumns' columns, which fill
@@ -321,7 +333,7 @@ func (r *Record) fields() []any {
 		// An age is taken at the statement's start, the row read after it:
 		// a renewal committed in between is a few µs in the future.
 		scannedAge(&r.RenewedAgo), scannedAge(&r.Expiry), scanned(&r.LockConnID),
-		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo)}
+		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo), scanned(&r.Value)}
 }
 
 // collect runs query through q and scans each of its rows with scan; what
@@ -398,7 +410,7 @@ type TermRecord struct {
 	Ended time.Time
 	// Reason says why the term ended, in the words the leader's log ("term
 	// ended", reason=...), its Observer and Watch use: resigned, demoted,
-	// handed-over, hang-killed, demote-killed, lease-expired, session-lost,
+	// handed-over, unhealthy, hang-killed, demote-killed, lease-expired, session-lost,
 	// lock-lost, or lost when the leader has not said why (a crash; a leader
 	// still paused or cut off, which records its own reason when it is back).
 	Reason string
@@ -431,6 +443,15 @@ type Candidate struct {
 	SeenAgo time.Duration
 	Alive   bool // it campaigns now
 	Leader  bool // it leads now
+	// Value, Priority and Version are the candidate's Config.Value (or
+	// what it last proclaimed), Config.Priority and Config.Version.
+	Value    string
+	Priority int32
+	Version  string
+	// Health is "healthy" or "unhealthy" (see Config.Health), and empty
+	// for a candidate that runs no check. An unhealthy one does not
+	// campaign.
+	Health string
 }
 
 // candidates reads the election's candidate rows; leader marks the one
@@ -438,13 +459,17 @@ type Candidate struct {
 func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]Candidate, error) {
 	return collect(ctx, s.db, s.tbl, "candidates", text("SELECT identity, host, pid, "+utcMicros("since")+", "+
 		"IF(c.strategy = "+literal(GetLock.String())+" AND "+alive("c")+", 0, "+ageMicros("c.seen_at")+"), "+alive("c")+
-		" FROM `"+s.tbl.candidate+"` c WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
+		", c.value, c.priority, c.version, c.healthy FROM `"+s.tbl.candidate+"` c WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
 		var (
 			c          Candidate
 			since, ago sql.NullInt64
+			healthy    sql.NullBool
 		)
-		err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive)
+		err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive, scanned(&c.Value), &c.Priority, scanned(&c.Version), &healthy)
 		c.Since, c.SeenAgo = fromMicros(since), micros(ago)
+		if healthy.Valid {
+			c.Health = map[bool]string{true: "healthy", false: "unhealthy"}[healthy.Bool]
+		}
 		c.Leader = leader.Leading() && leader.Identity == c.Identity
 		return c, err
 	})
@@ -479,10 +504,22 @@ func candidateLockSQL(c string) string {
 
 // alive is true, on the candidate row c, while that candidate campaigns:
 // under GetLock while a session holds its candidate lock; under LeaseRow
-// while its last heartbeat is younger than its expiry.
+// while its last heartbeat is younger than its expiry; never while it has
+// withdrawn as unhealthy (Config.Health).
 func alive(c string) string {
-	return "IF(" + c + ".strategy = " + literal(GetLock.String()) + ", IS_USED_LOCK(" + candidateLockSQL(c) + ") IS NOT NULL, " +
-		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us)"
+	return "(NOT (" + c + ".healthy <=> FALSE) AND IF(" + c + ".strategy = " + literal(GetLock.String()) + ", IS_USED_LOCK(" + candidateLockSQL(c) + ") IS NOT NULL, " +
+		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us))"
+}
+
+// target is true, on the candidate row c, for a candidate a hand-over may
+// name (Shards' spread, Config.PreferAfter): alive, and under LeaseRow seen
+// within a heartbeat period and the read round that stamps it (a live
+// candidate's row is that old at most): one that died counts as alive
+// until its row expires (2L + S), after its leases (L + S).
+func (c Config) target(row string) string {
+	fresh := c.heartbeatPeriod() + c.CheckInterval + c.Interval
+	return "(" + alive(row) + " AND (" + row + ".strategy = " + literal(GetLock.String()) + " OR " + ageMicros(row+".seen_at") + " <= " +
+		literal(fresh.Microseconds()) + "))"
 }
 
 // leaderSeen is whom a waiting candidate last saw lead. It logs, at Debug,
@@ -509,7 +546,8 @@ type presence struct {
 	seen time.Time // when the row was last written
 }
 
-// join writes this candidate's row, refuses to join an election that live
+// join writes this candidate's row, as a campaign that begins now,
+// refuses to join an election that live
 // candidates of another strategy run, and deletes the rows of candidates
 // dead for ten of their expiry periods. A GetLock candidate's session holds
 // its candidate lock before it joins.
@@ -525,7 +563,7 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	if other.Valid {
 		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, st.name, strategy)
 	}
-	if err := p.beat(ctx, q); err != nil {
+	if err := p.write(ctx, q, true); err != nil {
 		return err
 	}
 	if _, err := q.ExecContext(ctx, text("DELETE c FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND NOT "+alive("c")+" AND "+
@@ -535,22 +573,34 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	return nil
 }
 
-// beat writes this candidate's row, keeping its first sighting unless the
-// process changed.
-func (p *presence) beat(ctx context.Context, q querier) error {
+// beat writes this candidate's row, as write does for a campaign under way.
+func (p *presence) beat(ctx context.Context, q querier) error { return p.write(ctx, q, false) }
+
+// write writes this candidate's row, keeping its first sighting unless the
+// process changed, and the start of its campaign unless begun (join).
+func (p *presence) write(ctx context.Context, q querier, begun bool) error {
 	st := p.st
 	_, strategy := st.settled()
 	host, _ := os.Hostname()
 	expiry := (2*st.cfg.heartbeatPeriod() + st.cfg.Margin).Microseconds()
+	st.mu.Lock()
+	value, healthy := st.value, st.healthy
+	st.mu.Unlock()
+	var v any = healthy.Bool
+	if !healthy.Valid {
+		v = nil
+	}
 	// No VALUES() in the update: MySQL deprecates it (8.0.20, warning
 	// 1287), MariaDB has no row alias to replace it; the values are sent
 	// twice. since is assigned first, so it compares the old pid and host.
 	_, err := q.ExecContext(ctx, text("INSERT INTO `"+st.tbl.candidate+"` "+
-		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us) VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?) "+
+		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us, value, priority, version, healthy, waiting_since) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) "+
 		"ON DUPLICATE KEY UPDATE since = IF(pid <=> ? AND host <=> ?, since, UTC_TIMESTAMP(6)), "+
-		"strategy = ?, host = ?, pid = ?, seen_at = UTC_TIMESTAMP(6), expiry_us = ?",
-		p.lock, st.cfg.Identity, strategy.String(), host, os.Getpid(), expiry,
-		os.Getpid(), host, strategy.String(), host, os.Getpid(), expiry))
+		"waiting_since = IF(? OR waiting_since IS NULL, UTC_TIMESTAMP(6), waiting_since), "+
+		"strategy = ?, host = ?, pid = ?, seen_at = UTC_TIMESTAMP(6), expiry_us = ?, value = ?, priority = ?, version = ?, healthy = ?",
+		p.lock, st.cfg.Identity, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v,
+		os.Getpid(), host, begun, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v))
 	if err != nil {
 		return during("candidate heartbeat", schemaError(st.tbl, err))
 	}

@@ -505,6 +505,21 @@ func childMain() int {
 	if os.Getenv("ELECTION_CHILD_STRATEGY") == election.LeaseRow.String() {
 		cfg.Strategy = election.LeaseRow
 	}
+	// The leader policies (policy_test.go): the value each proclaims, its
+	// priority and version, and a health check that fails while a file is.
+	cfg.Value = "http://" + id + ".invalid/"
+	if p := os.Getenv("ELECTION_CHILD_PRIORITY"); p != "" {
+		n, _ := strconv.Atoi(p)
+		cfg.Priority, cfg.Version, cfg.PreferAfter = int32(n), os.Getenv("ELECTION_CHILD_VERSION"), preferAfter
+	}
+	if f := os.Getenv("ELECTION_CHILD_UNHEALTHY_IF"); f != "" {
+		cfg.Health = func(context.Context) error {
+			if _, err := os.Stat(f); err == nil {
+				return fmt.Errorf("%s exists", f)
+			}
+			return nil
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	if n, _ := strconv.Atoi(os.Getenv("ELECTION_CHILD_SHARDS")); n > 0 {
@@ -600,11 +615,12 @@ func writingGroup(t testing.TB, s election.Strategy, name string, n int) (*sql.D
 	return db, g
 }
 
-// start launches a candidate process named id.
-func (g *group) start(id string) {
+// start launches a candidate process named id, with env added to its
+// environment.
+func (g *group) start(id string, env ...string) {
 	g.t.Helper()
-	cmd, _ := g.Start("ELECTION_CHILD="+id, "ELECTION_CHILD_DSN="+g.dsn, "ELECTION_CHILD_NAME="+g.name,
-		"ELECTION_CHILD_STRATEGY="+g.s.String(), "ELECTION_CHILD_SHARDS="+strconv.Itoa(g.shards))
+	cmd, _ := g.Start(append([]string{"ELECTION_CHILD=" + id, "ELECTION_CHILD_DSN=" + g.dsn, "ELECTION_CHILD_NAME=" + g.name,
+		"ELECTION_CHILD_STRATEGY=" + g.s.String(), "ELECTION_CHILD_SHARDS=" + strconv.Itoa(g.shards)}, env...)...)
 	g.procs[id] = cmd
 	g.t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGCONT)

@@ -234,7 +234,7 @@ func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
 	if to != "" && rec.Identity == to {
 		return false, nil // already leads
 	}
-	if err := o.request(ctx, lock, rec.Token, to, 0); err != nil {
+	if err := o.st.request(ctx, lock, rec.Token, to, 0, true); err != nil {
 		return false, err
 	}
 	poll := time.NewTicker(min(o.st.cfg.Interval, 50*time.Millisecond))
@@ -260,8 +260,11 @@ func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
 
 // request writes the demotion of term token (and the hand-over target, if
 // any) into the record, where the leader's next keepalive finds it. The
-// hand-over is held for hold, or three of the term's leases if 0.
-func (o *Operator) request(ctx context.Context, lock string, token uint64, to string, hold time.Duration) error {
+// hand-over is held for hold, or three of the term's leases if 0. An
+// operator's request replaces one pending; a policy's (replace false)
+// never does, so it cannot put off the kill of a leader that ignores an
+// operator.
+func (s *store) request(ctx context.Context, lock string, token uint64, to string, hold time.Duration, replace bool) error {
 	var handTo, holdUS any
 	if to != "" {
 		handTo = to
@@ -272,11 +275,11 @@ func (o *Operator) request(ctx context.Context, lock string, token uint64, to st
 	// The hand-over preference outlives the demotion long enough for the
 	// target to win the lock, and no longer: a target that died meanwhile
 	// must not block the election.
-	res, err := o.st.db.ExecContext(ctx, text("UPDATE `"+o.st.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
+	res, err := s.db.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
 		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * lease_us) MICROSECOND "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", handTo, holdUS, lock, token, stateLeading))
+		"WHERE lock_name = ? AND epoch = ? AND state = ? AND (? OR NOT (demote_epoch <=> epoch))", handTo, holdUS, lock, token, stateLeading, replace))
 	if err != nil {
-		return during("requesting the demotion", schemaError(o.st.tbl, err))
+		return during("requesting the demotion", schemaError(s.tbl, err))
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return ErrNoLeader // the term ended meanwhile

@@ -94,6 +94,7 @@ func ddl(t tables) []string {
 			"  handover_to    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,\n" +
 			"  handover_until DATETIME(6) NULL,\n" +
 			"  " + delayColumn + ",\n" +
+			"  " + valueColumn + ",\n" +
 			"  PRIMARY KEY (lock_name)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
@@ -110,6 +111,11 @@ func ddl(t tables) []string {
 			"  since          DATETIME(6) NOT NULL,\n" +
 			"  seen_at        DATETIME(6) NOT NULL,\n" +
 			"  expiry_us      BIGINT NOT NULL,\n" +
+			"  " + valueColumn + ",\n" +
+			"  " + priorityColumn + ",\n" +
+			"  " + versionColumn + ",\n" +
+			"  " + healthyColumn + ",\n" +
+			"  " + waitingColumn + ",\n" +
 			"  PRIMARY KEY (lock_name, identity)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.term + "` (\n" +
@@ -146,10 +152,20 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //     term (see TermRecord.Server);
 //   - delayColumn, the record's: when the lock-delay owed after a forced end
 //     is over, on the database clock; every term until then owes it too
-//     (docs/protocol.md, "Campaign").
+//     (docs/protocol.md, "Campaign");
+//   - valueColumn, the record's and the candidate's: the value the leader
+//     proclaims (Config.Value);
+//   - priorityColumn, versionColumn, healthyColumn and waitingColumn, the
+//     candidate's: its Priority and Version, its health (NULL when it runs
+//     no check) and when its campaign began (Config.PreferAfter).
 const (
-	serverColumn = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
-	delayColumn  = "delay_until    DATETIME(6) NULL"
+	serverColumn   = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
+	delayColumn    = "delay_until    DATETIME(6) NULL"
+	valueColumn    = "value          VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"
+	priorityColumn = "priority       INT NOT NULL DEFAULT 0"
+	versionColumn  = "version        VARCHAR(64) CHARACTER SET utf8mb4 NULL"
+	healthyColumn  = "healthy        BOOLEAN NULL"
+	waitingColumn  = "waiting_since  DATETIME(6) NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -161,6 +177,12 @@ func (t tables) added() []column {
 	return []column{
 		{t.term, "server", "ALTER TABLE `" + t.term + "` ADD COLUMN " + serverColumn + " AFTER pid"},
 		{t.record, "delay_until", "ALTER TABLE `" + t.record + "` ADD COLUMN " + delayColumn + " AFTER handover_until"},
+		{t.record, "value", "ALTER TABLE `" + t.record + "` ADD COLUMN " + valueColumn + " AFTER delay_until"},
+		{t.candidate, "value", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + valueColumn + " AFTER expiry_us"},
+		{t.candidate, "priority", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + priorityColumn + " AFTER value"},
+		{t.candidate, "version", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + versionColumn + " AFTER priority"},
+		{t.candidate, "healthy", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + healthyColumn + " AFTER version"},
+		{t.candidate, "waiting_since", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + waitingColumn + " AFTER healthy"},
 	}
 }
 
@@ -247,14 +269,34 @@ func missingColumns(ctx context.Context, db *sql.DB, t tables) ([]column, error)
 			return nil, during("checking the tables", schemaError(t, err))
 		}
 	}
+	// A table's added columns in one read; one by one only if it lacks any.
 	var missing []column
-	for _, c := range t.added() {
-		_, err := db.ExecContext(ctx, "SELECT "+c.name+" FROM `"+c.table+"` LIMIT 0")
-		switch {
-		case isOld(err):
-			missing = append(missing, c)
-		case err != nil:
-			return nil, during("checking the tables", schemaError(t, err))
+	for _, name := range t.all() {
+		var cols []column
+		var names []string
+		for _, c := range t.added() {
+			if c.table == name {
+				cols, names = append(cols, c), append(names, c.name)
+			}
+		}
+		if len(cols) == 0 {
+			continue
+		}
+		_, err := db.ExecContext(ctx, "SELECT "+strings.Join(names, ", ")+" FROM `"+name+"` LIMIT 0")
+		if !isOld(err) {
+			if err != nil {
+				return nil, during("checking the tables", schemaError(t, err))
+			}
+			continue
+		}
+		for _, c := range cols {
+			_, err := db.ExecContext(ctx, "SELECT "+c.name+" FROM `"+c.table+"` LIMIT 0")
+			switch {
+			case isOld(err):
+				missing = append(missing, c)
+			case err != nil:
+				return nil, during("checking the tables", schemaError(t, err))
+			}
 		}
 	}
 	return missing, nil

@@ -253,15 +253,20 @@ func TestDocumentedGrantsAreEnough(t *testing.T) {
 }
 
 // Tables made by the first release lack the term table's server column,
-// and tables made before the lock-delay was carried over the record's
-// delay_until: a candidate adds both on first use and records the server;
-// with SkipCreateTables, or for a user without ALTER, the error gives the
-// statements, and nothing is written.
+// tables made before the lock-delay was carried over the record's
+// delay_until, and tables made before the leader policies their value,
+// priority, version, healthy and waiting_since columns: a candidate adds
+// them on first use and records the server; with SkipCreateTables, or for
+// a user without ALTER, the error gives the statements, and nothing is
+// written.
 func TestTablesOfAnEarlierVersion(t *testing.T) {
 	t.Parallel()
 	dbName := server.NewDatabase(t)
 	admin := server.Open(t, dbName)
 	ctx := ctxFor(t, time.Minute)
+	policies := []string{"ALTER TABLE election_record DROP COLUMN value",
+		"ALTER TABLE election_candidate DROP COLUMN value, DROP COLUMN priority, DROP COLUMN version, DROP COLUMN healthy, DROP COLUMN waiting_since"}
+	const alterPolicies = "ALTER TABLE `election_candidate` ADD COLUMN waiting_since"
 	old := func() {
 		t.Helper()
 		for _, stmt := range []string{"DROP TABLE IF EXISTS election_record, election_epoch, election_candidate, election_term"} {
@@ -272,7 +277,7 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 		if err := election.CreateSchema(ctx, admin, ""); err != nil {
 			t.Fatal(err)
 		}
-		for _, stmt := range []string{"ALTER TABLE election_term DROP COLUMN server", "ALTER TABLE election_record DROP COLUMN delay_until"} {
+		for _, stmt := range append([]string{"ALTER TABLE election_term DROP COLUMN server", "ALTER TABLE election_record DROP COLUMN delay_until"}, policies...) {
 			if _, err := admin.ExecContext(ctx, stmt); err != nil {
 				t.Fatal(err)
 			}
@@ -286,7 +291,7 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 	skip := fast
 	skip.SkipCreateTables = true
 	if _, err := newElectorWith(t, admin, "old", skip).Campaign(ctx); !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alter) ||
-		!strings.Contains(err.Error(), alterRecord) {
+		!strings.Contains(err.Error(), alterRecord) || !strings.Contains(err.Error(), alterPolicies) {
 		t.Errorf("campaign with SkipCreateTables on old tables: %v", err)
 	}
 	user := openAsUser(t, dbName, "old_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
@@ -307,21 +312,26 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 	if err != nil || len(hist) != 1 || hist[0].Server != want || want == "" {
 		t.Errorf("history on upgraded tables: %+v, %v; want the server %q", hist, err, want)
 	}
-	if _, err := admin.ExecContext(ctx, "SELECT delay_until FROM election_record LIMIT 0"); err != nil {
-		t.Errorf("the record's delay_until after the upgrade: %v", err)
+	for _, read := range []string{"SELECT delay_until, value FROM election_record LIMIT 0", "SELECT value, priority, version, healthy, waiting_since FROM election_candidate LIMIT 0"} {
+		if _, err := admin.ExecContext(ctx, read); err != nil {
+			t.Errorf("the added columns after the upgrade: %v", err)
+		}
 	}
 
-	// Tables of the release before this one lack delay_until alone: the
-	// fix lists only its statement, which a DBA can paste as it is. (A
-	// candidate of a new process: a pool's candidates check the tables
-	// once.)
-	if _, err := admin.ExecContext(ctx, "ALTER TABLE election_record DROP COLUMN delay_until"); err != nil {
-		t.Fatal(err)
+	// Tables of the release before this one lack the policies' columns
+	// alone: the fix lists only their statements, which a DBA can paste
+	// as they are. (A candidate of a new process: a pool's candidates
+	// check the tables once.)
+	for _, stmt := range policies {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before = contents(t, admin)
 	_, err = newElectorWith(t, server.Open(t, dbName), "old", skip).Campaign(ctx)
-	if !errors.Is(err, election.ErrSchema) || !strings.Contains(err.Error(), alterRecord) || strings.Contains(err.Error(), alter) {
-		t.Errorf("campaign with SkipCreateTables on tables that lack delay_until alone: %v, want its ALTER only", err)
+	if msg := fmt.Sprint(err); !errors.Is(err, election.ErrSchema) || !strings.Contains(msg, alterPolicies) || strings.Contains(msg, alter) ||
+		strings.Contains(msg, alterRecord) || strings.Count(msg, "ALTER TABLE") != 6 {
+		t.Errorf("campaign with SkipCreateTables on tables that lack the policies' columns alone: %v, want their six ALTERs only", err)
 	}
 	assertWroteNothing(t, admin, before, "the refused campaign")
 }

@@ -167,18 +167,12 @@ func (s *Shards) rebalance(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A target must campaign in the shard, and under LeaseRow have been
-	// seen within a heartbeat period and the read round that stamps it (a
-	// live member's rows are that old at most): a member that died counts
-	// as alive until its rows expire (2L + S), after its leases (L + S).
 	type candidacy struct {
 		shard    int
 		identity string
 	}
-	fresh := s.cfg.heartbeatPeriod() + s.cfg.CheckInterval + s.cfg.Interval
 	rows, err := collect(ctx, st.db, st.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+st.tbl.candidate+"` c WHERE c.lock_name IN ("+
-		literals(locks)+") AND "+alive("c")+" AND (c.strategy = "+literal(GetLock.String())+" OR "+ageMicros("c.seen_at")+" <= "+
-		literal(fresh.Microseconds())+")", func(rows *sql.Rows) (c candidacy, err error) {
+		literals(locks)+") AND "+s.cfg.target("c"), func(rows *sql.Rows) (c candidacy, err error) {
 		var lock string
 		err = rows.Scan(&lock, &c.identity)
 		c.shard = shardOf[lock]
@@ -209,8 +203,7 @@ func (s *Shards) rebalance(ctx context.Context) error {
 	// die meanwhile, the others stop giving the shard back soon.
 	hold := 2 * (s.cfg.Interval + s.cfg.CheckInterval)
 	for _, m := range g.moves(s.cfg.Identity) {
-		o := &Operator{st: s.electors[m.shard].st, log: s.log}
-		switch err := o.request(ctx, locks[m.shard], tokens[m.shard], m.to, hold); {
+		switch err := s.electors[m.shard].st.request(ctx, locks[m.shard], tokens[m.shard], m.to, hold, false); {
 		case errors.Is(err, ErrNoLeader): // the term ended meanwhile
 		case err != nil:
 			return err

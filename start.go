@@ -190,8 +190,8 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 	v := s.values(p, claimed, delay)
 	if !p.exists {
 		_, err := q.ExecContext(ctx, "INSERT INTO `"+s.st.tbl.record+"` "+
-			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, since, renewed_at) "+
-			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS}, ", ")+
+			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, since, renewed_at) "+
+			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value}, ", ")+
 			", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
 			return 0, errRaced
@@ -234,8 +234,8 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 // with, as SQL: literals for one term start (values), the columns of a
 // derived table for a batch of them (claimBatch).
 type claimValues struct {
-	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, delayUntil string // written
-	token, state, renewedUS, demoteUS                                              string // as read; demoteUS -1 for none
+	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, delayUntil, value string // written
+	token, state, renewedUS, demoteUS                                                     string // as read; demoteUS -1 for none
 }
 
 // claimColumn is one of a claim's values and its name in a batch's
@@ -248,7 +248,7 @@ type claimColumn struct {
 func (v *claimValues) columns() []claimColumn {
 	return []claimColumn{{"lock_name", &v.lock}, {"name", &v.name}, {"strategy", &v.strategy}, {"epoch", &v.epoch}, {"identity", &v.identity},
 		{"host", &v.host}, {"pid", &v.pid}, {"session", &v.session}, {"lease_us", &v.leaseUS}, {"delay_until", &v.delayUntil},
-		{"token", &v.token}, {"state", &v.state}, {"renewed_us", &v.renewedUS}, {"demote_us", &v.demoteUS}}
+		{"value", &v.value}, {"token", &v.token}, {"state", &v.state}, {"renewed_us", &v.renewedUS}, {"demote_us", &v.demoteUS}}
 }
 
 // values is the claim of s after p at epoch claimed, with the lock-delay
@@ -266,7 +266,7 @@ func (s termStart) values(p predecessor, claimed uint64, delay time.Duration) cl
 	}
 	return claimValues{lock: lockLiteral(s.lock), name: binLiteral(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
 		identity: binLiteral(s.st.cfg.Identity), host: literal(host), pid: literal(os.Getpid()), session: literal(s.session),
-		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), delayUntil: delayUntil,
+		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), delayUntil: delayUntil, value: binLiteral(s.st.proclaimed()),
 		token: literal(p.rec.Token), state: literal(p.rec.State), renewedUS: literal(p.rec.Renewed.UnixMicro()), demoteUS: literal(demoteUS)}
 }
 
@@ -285,7 +285,7 @@ func (s termStart) set(v claimValues, join string) string {
 	return "UPDATE `" + s.st.tbl.record + "` r " + join + " SET r.name = " + v.name + ", r.strategy = " + v.strategy + ", r.epoch = " + v.epoch +
 		", r.state = " + literal(stateLeading) + ", r.holder = " + v.identity + ", r.host = " + v.host + ", r.pid = " + v.pid +
 		", r.conn_id = " + v.session + ", r.lease_us = " + v.leaseUS + ", r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), " +
-		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil
+		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil + ", r.value = " + v.value
 }
 
 // unchanged is the claim's condition: the record as read, the term it

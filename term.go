@@ -126,7 +126,7 @@ func (t *Term) Context() context.Context { return t.ctx }
 func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 
 // Err returns nil while the term lasts and why it ended afterwards:
-// ErrResigned, ErrLeaseExpired, ErrSessionLost, ErrLockLost, or the cause of
+// ErrResigned, ErrDemoted, ErrUnhealthy, ErrLeaseExpired, ErrSessionLost, ErrLockLost, or the cause of
 // the Campaign context's end.
 func (t *Term) Err() error {
 	if t.ctx.Err() == nil {
@@ -205,6 +205,13 @@ func (t *Term) keep() {
 		defer close(began)
 		t.begin()
 	}()
+	stop, preferred := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(preferred)
+		if t.st.cfg.PreferAfter > 0 {
+			t.prefer(stop)
+		}
+	}()
 	for {
 		select {
 		case <-t.resign:
@@ -217,7 +224,9 @@ func (t *Term) keep() {
 		}
 		break
 	}
-	<-began // its history row, before the end is written into it
+	close(stop)
+	<-preferred // its statements are bounded by the lease
+	<-began     // its history row, before the end is written into it
 	// Before finish, whose record of a lost term goes through the pool.
 	t.kept.close()
 	t.finish()
@@ -264,7 +273,7 @@ func (t *Term) finish() {
 	reason := context.Cause(t.ctx)
 	end := ending{why: t.why(reason), at: time.Now()}
 	var err error
-	if end.why == stateResigned || end.why == stateDemoted || end.why == stateHandedOver {
+	if end.why == stateResigned || end.why == stateDemoted || end.why == stateHandedOver || end.why == stateUnhealthy {
 		if end.why != stateResigned {
 			// The leader did not choose this end: its code gets until Resign
 			// (Run calls it once fn has returned), within the lease, to stop
@@ -327,8 +336,8 @@ func earlier(a, b time.Time) time.Time {
 
 // Reason returns why the term ended, in the words of the history
 // (TermRecord.Reason), the leader's "term ended" log, Watch and the
-// Observer: resigned, demoted, handed-over, lease-expired, lock-lost or
-// session-lost; empty while the term lasts.
+// Observer: resigned, demoted, handed-over, unhealthy, lease-expired,
+// lock-lost or session-lost; empty while the term lasts.
 func (t *Term) Reason() string {
 	if err := t.Err(); err != nil {
 		return t.why(err)
@@ -345,6 +354,8 @@ func (t *Term) why(reason error) string {
 		return stateHandedOver
 	case errors.Is(reason, ErrDemoted):
 		return stateDemoted
+	case errors.Is(reason, ErrUnhealthy):
+		return stateUnhealthy
 	case errors.Is(reason, ErrLeaseExpired):
 		return stateLeaseExpired
 	case errors.Is(reason, ErrLockLost):

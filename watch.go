@@ -22,6 +22,9 @@ type Event struct {
 	// At is when the term started or ended (see TermRecord.Ended), on the
 	// database clock; zero when the election has had no term.
 	At time.Time
+	// Value is what the leader proclaims (Config.Value), in Leading
+	// events; empty for a term that had ended before Watch read it.
+	Value string
 }
 
 // Watch reports every change of leadership of the election, to anyone with
@@ -35,7 +38,9 @@ type Event struct {
 // reason and time. The channel is closed when ctx ends. Failed reads are
 // retried: the Operator's logger gets a WARN, with the error, when reads
 // start to fail, and an INFO when they work again; the changes made
-// meanwhile then follow.
+// meanwhile then follow. A leader that proclaims another value
+// (Term.Proclaim) is reported by another Leading event of its term, with
+// the new Value.
 func (o *Operator) Watch(ctx context.Context) <-chan Event {
 	ch := make(chan Event)
 	go func() {
@@ -77,6 +82,7 @@ type watcher struct {
 	last    uint64           // the newest term an event was sent for
 	who     string           // its holder
 	open    bool             // term last has not been reported ended
+	value   string           // the value last sent for it
 	sent    map[uint64]Event // the ends sent for the last terms
 }
 
@@ -124,7 +130,17 @@ func (w *watcher) poll(ctx context.Context) error {
 		if i+1 < len(terms) {
 			next = &terms[i+1]
 		}
-		if err := w.term(ctx, settle(t, next, rec)); err != nil {
+		var value string
+		if rec.Token == t.Token {
+			value = rec.Value
+		}
+		if err := w.term(ctx, settle(t, next, rec), value); err != nil {
+			return err
+		}
+	}
+	if w.open && rec.Token == w.last && rec.State == stateLeading && rec.Value != w.value {
+		w.value = rec.Value
+		if err := w.send(ctx, Event{Token: rec.Token, Identity: w.who, Leading: true, At: rec.Since, Value: rec.Value}); err != nil {
 			return err
 		}
 	}
@@ -137,10 +153,11 @@ func (w *watcher) poll(ctx context.Context) error {
 	return nil
 }
 
-// term sends what history row t adds: its start if it is new (but the
+// term sends what history row t adds, with value the one its leader
+// proclaims: its start if it is new (but the
 // first state sent is just the end of a term that has ended), its end once
 // known, and its end again if it changed.
-func (w *watcher) term(ctx context.Context, t TermRecord) error {
+func (w *watcher) term(ctx context.Context, t TermRecord, value string) error {
 	ended := !t.Ended.IsZero()
 	if t.Token > w.last {
 		if w.open { // ended unseen: its row was pruned
@@ -149,9 +166,9 @@ func (w *watcher) term(ctx context.Context, t TermRecord) error {
 			}
 		}
 		first := !w.started
-		w.started, w.last, w.who, w.open = true, t.Token, t.Identity, true
+		w.started, w.last, w.who, w.open, w.value = true, t.Token, t.Identity, true, value
 		if !first || !ended {
-			if err := w.send(ctx, Event{Token: t.Token, Identity: t.Identity, Leading: true, At: t.Started}); err != nil {
+			if err := w.send(ctx, Event{Token: t.Token, Identity: t.Identity, Leading: true, At: t.Started, Value: value}); err != nil {
 				return err
 			}
 		}

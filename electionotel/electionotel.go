@@ -16,13 +16,18 @@
 //	election.is_leader                 gauge, 1 while this process leads the election, else 0
 //	election.term_token                int64 gauge, fencing token of the current or last term led here
 //	election.transitions{event}        counter, terms started ("started") and ended, by reason
-//	                                   (resigned, demoted, handed-over, lease-expired, ...)
+//	                                   (resigned, demoted, handed-over, unhealthy, lease-expired, ...)
 //	election.keepalive (s)             histogram, latency of the leader's keepalives, failed ones included
 //	election.failover (s)              histogram, how long the election had no leader when this
 //	                                   process began a term, at most (see Observer.Failover)
 //	election.failures{kind}            counter, failed keepalives ("keepalive"), campaigns under
 //	                                   Run ("campaign") and kills of stuck leaders ("kill")
 //	election.kills{reason}             counter, sessions of stuck leaders killed (hang-killed, demote-killed)
+//	election.health_checks{result}     counter, health checks Run made (Config.Health), "passed" or "failed"
+//	election.healthy                   gauge, 1 while this process's candidate counts as healthy, else 0
+//	                                   (the last check's verdict, see Observer.HealthChecked)
+//	election.preferred_handovers       counter, hand-overs this process's leader asked for to a
+//	                                   candidate of higher priority (Config.PreferAfter)
 //	leader_election_master_status      gauge, as election.is_leader but with the attribute name
 //	                                   for the election: the metric (and label) client-go's leader
 //	                                   election exports, which existing dashboards read
@@ -53,6 +58,9 @@ type Metrics struct {
 	failover     metric.Float64Histogram
 	failures     metric.Int64Counter
 	kills        metric.Int64Counter
+	healthChecks metric.Int64Counter
+	healthy      metric.Int64Gauge
+	preferred    metric.Int64Counter
 
 	// terms counts the terms held here per election. Two Electors of one
 	// election in a process overlap briefly at a hand-over (the new term
@@ -80,7 +88,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	for i := range gaps {
 		gaps[i] = 0.001 * math.Pow(2, float64(i))
 	}
-	var errs [8]error
+	var errs [11]error
 	m.isLeader, errs[0] = meter.Int64Gauge("election.is_leader",
 		metric.WithDescription("1 while this process leads the election, else 0."))
 	m.masterStatus, errs[1] = meter.Int64Gauge("leader_election_master_status",
@@ -101,6 +109,12 @@ func New(meter metric.Meter) (*Metrics, error) {
 		metric.WithUnit("s"),
 		metric.WithDescription("How long the election had no leader when this process began a term, at most: since the last term's end, or its last renewal if it crashed."),
 		metric.WithExplicitBucketBoundaries(gaps...))
+	m.healthChecks, errs[8] = meter.Int64Counter("election.health_checks",
+		metric.WithDescription(`Health checks Run made (Config.Health), by result ("passed", "failed").`))
+	m.healthy, errs[9] = meter.Int64Gauge("election.healthy",
+		metric.WithDescription("1 while this process's candidate counts as healthy (a check has passed, and fewer than HealthFailures have failed since), else 0."))
+	m.preferred, errs[10] = meter.Int64Counter("election.preferred_handovers",
+		metric.WithDescription("Hand-overs this process's leader asked for to a candidate of higher priority (Config.PreferAfter)."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("electionotel: creating instruments: %w", err)
 	}
@@ -140,6 +154,20 @@ func (m *Metrics) Observer() *election.Observer {
 		},
 		CampaignFailed: func(name string, _ error) {
 			m.failures.Add(ctx, 1, attrs(name, "kind", "campaign"))
+		},
+		HealthChecked: func(name string, healthy bool, err error) {
+			result, v := "passed", int64(0)
+			if err != nil {
+				result = "failed"
+			}
+			if healthy {
+				v = 1
+			}
+			m.healthChecks.Add(ctx, 1, attrs(name, "result", result))
+			m.healthy.Record(ctx, v, attrs(name))
+		},
+		Preempted: func(name, _ string) {
+			m.preferred.Add(ctx, 1, attrs(name))
 		},
 	}
 }

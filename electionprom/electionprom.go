@@ -14,13 +14,18 @@
 //	election_is_leader                    1 while this process leads the election, else 0
 //	election_term_token                   fencing token of the current or last term led here
 //	election_transitions_total{event}     terms started ("started") and ended, by reason
-//	                                      (resigned, demoted, handed-over, lease-expired, ...)
+//	                                      (resigned, demoted, handed-over, unhealthy, lease-expired, ...)
 //	election_keepalive_seconds            latency of the leader's keepalives, failed ones included
 //	election_failover_seconds             how long the election had no leader when this process
 //	                                      began a term, at most (see Observer.Failover)
 //	election_failures_total{kind}         failed keepalives ("keepalive"), campaigns under
 //	                                      Run ("campaign") and kills of stuck leaders ("kill")
 //	election_kills_total{reason}          sessions of stuck leaders killed (hang-killed, demote-killed)
+//	election_health_checks_total{result}  health checks Run made (Config.Health), "passed" or "failed"
+//	election_healthy                      1 while this process's candidate counts as healthy, else 0
+//	                                      (the last check's verdict, see Observer.HealthChecked)
+//	election_preferred_handovers_total    hand-overs this process's leader asked for to a candidate
+//	                                      of higher priority (Config.PreferAfter)
 //
 // and, labelled name rather than election, the metric client-go's leader
 // election exports, which existing dashboards read:
@@ -49,6 +54,9 @@ type Metrics struct {
 	failover     *prometheus.HistogramVec
 	failures     *prometheus.CounterVec
 	kills        *prometheus.CounterVec
+	healthChecks *prometheus.CounterVec
+	healthy      *prometheus.GaugeVec
+	preferred    *prometheus.CounterVec
 
 	// terms counts the terms held here per election. Two Electors of one
 	// election in a process overlap briefly at a hand-over (the new term
@@ -103,9 +111,22 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "kills_total",
 			Help: "Sessions of stuck or disobedient leaders this process killed, by reason.",
 		}, []string{"election", "reason"}),
+		healthChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "health_checks_total",
+			Help: `Health checks Run made (Config.Health), by result ("passed", "failed").`,
+		}, []string{"election", "result"}),
+		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "healthy",
+			Help: "1 while this process's candidate counts as healthy (a check has passed, and fewer than HealthFailures have failed since), else 0.",
+		}, []string{"election"}),
+		preferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "preferred_handovers_total",
+			Help: "Hand-overs this process's leader asked for to a candidate of higher priority (Config.PreferAfter).",
+		}, []string{"election"}),
 		terms: map[string]int{},
 	}
-	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failover, m.failures, m.kills}
+	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failover, m.failures, m.kills,
+		m.healthChecks, m.healthy, m.preferred}
 	if err := reg.Register(all); err != nil {
 		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
 	}
@@ -144,6 +165,20 @@ func (m *Metrics) Observer() *election.Observer {
 		},
 		CampaignFailed: func(name string, _ error) {
 			m.failures.WithLabelValues(name, "campaign").Inc()
+		},
+		HealthChecked: func(name string, healthy bool, err error) {
+			result, v := "passed", 0.0
+			if err != nil {
+				result = "failed"
+			}
+			if healthy {
+				v = 1
+			}
+			m.healthChecks.WithLabelValues(name, result).Inc()
+			m.healthy.WithLabelValues(name).Set(v)
+		},
+		Preempted: func(name, _ string) {
+			m.preferred.WithLabelValues(name).Inc()
 		},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,10 +38,15 @@ func TestMain(m *testing.M) {
 // to m.
 func newElector(t *testing.T, db *sql.DB, s election.Strategy, name, id string, m *electionprom.Metrics) *election.Elector {
 	t.Helper()
-	e, err := election.New(db, name, election.Config{
-		Strategy: s, Identity: id, Observer: m.Observer(),
-		Interval: 100 * time.Millisecond, Lease: time.Second, Margin: time.Second,
-	})
+	return newElectorWith(t, db, name, election.Config{Strategy: s, Identity: id}, m)
+}
+
+// newElectorWith returns a candidate configured as cfg, but with the test
+// timing, that reports to m.
+func newElectorWith(t *testing.T, db *sql.DB, name string, cfg election.Config, m *electionprom.Metrics) *election.Elector {
+	t.Helper()
+	cfg.Observer, cfg.Interval, cfg.Lease, cfg.Margin = m.Observer(), 100*time.Millisecond, time.Second, time.Second
+	e, err := election.New(db, name, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,6 +250,93 @@ func TestScrape(t *testing.T) {
 	} {
 		if !strings.Contains(body, w) {
 			t.Errorf("scrape after the last resign lacks %s:\n%s", w, body)
+		}
+	}
+}
+
+// A leader whose health check fails HealthFailures (3) times in a row
+// resigns: the checks, the verdict and the term's end "unhealthy" are
+// counted.
+func TestHealthMetrics(t *testing.T) {
+	t.Parallel()
+	db := server.Open(t, server.NewDatabase(t))
+	reg, m := newMetrics(t)
+	const name = "checked"
+	var failing atomic.Bool
+	e := newElectorWith(t, db, name, election.Config{Identity: "a", Health: func(context.Context) error {
+		if failing.Load() {
+			return errors.New("disk full")
+		}
+		return nil
+	}}, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Run(ctx, func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, 5*time.Second, "a healthy leader", func() bool {
+		return value(t, reg, "election_is_leader", "election", name) == 1 && value(t, reg, "election_healthy", "election", name) == 1
+	})
+	failing.Store(true)
+	eventually(t, 5*time.Second, "the term ended unhealthy", func() bool {
+		return value(t, reg, "election_transitions_total", "election", name, "event", "unhealthy") == 1
+	})
+	for _, c := range []struct {
+		family string
+		labels []string
+		want   float64
+	}{
+		{"election_healthy", []string{"election", name}, 0},
+		{"election_is_leader", []string{"election", name}, 0},
+	} {
+		if got := value(t, reg, c.family, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.family, c.labels, got, c.want)
+		}
+	}
+	if n := value(t, reg, "election_health_checks_total", "election", name, "result", "passed"); n < 1 {
+		t.Errorf("%v passed checks counted, want at least 1", n)
+	}
+	if n := value(t, reg, "election_health_checks_total", "election", name, "result", "failed"); n < 3 {
+		t.Errorf("%v failed checks counted, want at least 3", n)
+	}
+}
+
+// A leader hands over to a candidate of higher priority that has
+// campaigned for PreferAfter: the hand-over it asked for and its term's
+// end are counted.
+func TestPreferredHandoverMetrics(t *testing.T) {
+	t.Parallel()
+	db := server.Open(t, server.NewDatabase(t))
+	reg, m := newMetrics(t)
+	const name = "preferred"
+	ctx := ctxFor(t, time.Minute)
+	a := newElectorWith(t, db, name, election.Config{Identity: "a", PreferAfter: time.Second}, m)
+	b := newElectorWith(t, db, name, election.Config{Identity: "b", Priority: 1}, m)
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ta.Resign(context.Background()) })
+	tb, err := b.Campaign(ctx) // a hands over once b has campaigned for a second
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Resign(context.Background()) })
+	eventually(t, 5*time.Second, "a's term ended handed-over, and b's counted", func() bool {
+		return value(t, reg, "election_transitions_total", "election", name, "event", "handed-over") == 1 &&
+			value(t, reg, "election_transitions_total", "election", name, "event", "started") == 2
+	})
+	for _, c := range []struct {
+		family string
+		labels []string
+		want   float64
+	}{
+		{"election_preferred_handovers_total", []string{"election", name}, 1},
+		{"election_is_leader", []string{"election", name}, 1}, // b's term
+	} {
+		if got := value(t, reg, c.family, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.family, c.labels, got, c.want)
 		}
 	}
 }

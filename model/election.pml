@@ -9,10 +9,13 @@
  * comment on each rule names the Go function it models.
  *
  * What the environment does is chosen with -D: STUCK (a keepalive blocks on
- * the server), DEMOTE (one Demote or Handover), EXTKILL (one KILL from
- * outside), FENCED (fenced transactions), DOWNSTREAM (writes to a Fence),
- * FAILOVER (the primary dies once), INFLIGHT (a downstream write arrives
- * late). A variant removes one rule of the safety argument:
+ * the server), DEMOTE (one Demote or Handover), PREFER (the leader's own
+ * policy, Config.PreferAfter, asks for a hand-over or a demotion, any number
+ * of times), EXTKILL (one KILL from outside), FENCED (fenced transactions),
+ * DOWNSTREAM (writes to a Fence), FAILOVER (the primary dies once), INFLIGHT
+ * (a downstream write arrives late). Config.Health needs no option: an
+ * unhealthy leader's end is a Resign, which any leader may do at any time.
+ * A variant removes one rule of the safety argument:
  *
  *   WAIT_EQ_LEASE     wait_timeout W = L, not L + S
  *   NO_WAIT_TIMEOUT   the server never drops an idle session
@@ -404,7 +407,7 @@ proctype Cand(byte me) {
 	/* ErrLockLost, ErrSessionLost */
 	:: d_step { cst[me] == LEAD && ka[me] == R_LOST -> step_down(LOST); ka[me] = KNONE; sent_age[me] = 0;
 		printf("c%d's term is over: lost\n", me) }
-	/* Term.Resign (Run: once fn has returned) */
+	/* Term.Resign (Run: once fn has returned; also Config.Health's end, "unhealthy") */
 	:: d_step { cst[me] == LEAD && stepped[me] == ACTING -> step_down(RESIGNED); printf("c%d resigns\n", me) }
 
 	/* Term.finish, an end the leader chose or was asked for: pinned.release
@@ -515,13 +518,22 @@ proctype Env() {
 		printf("c1's session killed from outside\n") }
 #endif
 #endif
-#ifdef DEMOTE
+#if defined(DEMOTE) || defined(PREFER)
+#ifdef PREFER
+	/* Term.prefer asks through store.request too, whose UPDATE wants only the
+	 * record leading: here any number of times, at any moment, even over a
+	 * pending demotion (which it then restarts), a superset of Term.prefer
+	 * (at most once a term, while IsLeader) and of the operator's */
+#define REQUESTED (srv != DOWN && rstate == LEADING)
+#else
 	/* Operator.Demote, Operator.Handover: Operator.request, on a record that is Leading */
-	:: d_step { !ndemote && srv != DOWN && rstate == LEADING && renew_age < STALE && HOLDS ->
-		ndemote = 1; demoted = 1; demote_age = 0; printf("the operator demotes c%d\n", rholder) }
-	:: d_step { !ndemote && srv != DOWN && rstate == LEADING && renew_age < STALE && HOLDS ->
+#define REQUESTED (!ndemote && srv != DOWN && rstate == LEADING && renew_age < STALE && HOLDS)
+#endif
+	:: d_step { REQUESTED ->
+		ndemote = 1; demoted = 1; demote_age = 0; printf("c%d is asked to step down\n", rholder) }
+	:: d_step { REQUESTED ->
 		ndemote = 1; demoted = 1; demote_age = 0; handover = 1; hto = 1 - rholder;
-		printf("the operator hands over from c%d\n", rholder) }
+		printf("c%d is asked to hand over\n", rholder) }
 #endif
 #ifdef FAILOVER
 	/* the primary dies; the replica, promoted F ticks later, has every commit ... */

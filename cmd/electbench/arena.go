@@ -33,6 +33,11 @@ type arenaSpec struct {
 	// "bench/0" writes and is faulted and checked; the group's hand-overs
 	// move it as they move the others.
 	shards bool
+	// policies runs library candidates with leader policies (chaos
+	// -policies): candidate i with priority i mod 3, and a health check
+	// that flaps on a schedule drawn from seed+i.
+	policies bool
+	seed     uint64
 	// faults are those the arena may inject; they decide whether each
 	// candidate needs its own user and fault proxy (isolating).
 	faults []string
@@ -68,6 +73,7 @@ type arena struct {
 // candidate killed by a fault comes back the same.
 type proc struct {
 	id      string
+	index   int // in the order made
 	node    int // its server, in arena.nodes
 	user    string
 	proxy   *faultproxy.Proxy // nil unless the arena is isolated
@@ -183,12 +189,13 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 // database user and fault proxy, else with the shared user.
 func (a *arena) newProc(ctx context.Context, id string) (*proc, error) {
 	a.mu.Lock()
-	node := len(a.procs) % len(a.nodes) // round robin, in the order made
+	index := len(a.procs)
 	a.mu.Unlock()
+	node := index % len(a.nodes) // round robin
 	if !a.isolated {
-		return &proc{id: id, node: node, user: a.user("all")}, nil
+		return &proc{id: id, index: index, node: node, user: a.user("all")}, nil
 	}
-	p := &proc{id: id, node: node, user: a.user(id)}
+	p := &proc{id: id, index: index, node: node, user: a.user(id)}
 	if err := a.createUser(ctx, p.user); err != nil {
 		return nil, err
 	}
@@ -231,6 +238,9 @@ func (a *arena) command(p *proc) *exec.Cmd {
 	cmd := exec.Command(a.self, "candidate", "-contender", a.contender, "-id", p.id, "-dsn", cfg.FormatDSN(),
 		"-interval", a.tm.Interval.String(), "-lease", a.tm.Lease.String(), "-margin", a.tm.Margin.String(),
 		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String(), "-elections", strconv.Itoa(max(1, a.elections)), "-shards="+strconv.FormatBool(a.shards))
+	if a.policies {
+		cmd.Args = append(cmd.Args, "-policies", "-priority", strconv.Itoa(p.index%3), "-health-seed", strconv.FormatUint(a.seed+uint64(p.index), 10))
+	}
 	// One OS thread per candidate keeps a thousand candidate processes cheap.
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	// Stderr stays nil, /dev/null: a writer would cost a pipe and a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/galeratest"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
@@ -24,6 +26,7 @@ type chaosPlan struct {
 	seed      uint64
 	galera    bool // on a private Galera cluster instead of one server
 	shards    int  // each candidate a member of a group of this many shards; 0: one election
+	policies  bool // the candidates run with leader policies (arenaSpec.policies)
 }
 
 // chaosMain injects random faults into one contender, then runs the checker.
@@ -48,7 +51,7 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 		return errors.New("no fault to draw from: a server given by -dsn is not restarted, and only this library's strategies have traps")
 	}
 	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds, cluster: cluster,
-		elections: p.shards, shards: p.shards > 0})
+		elections: p.shards, shards: p.shards > 0, policies: p.policies, seed: p.seed})
 	if err != nil {
 		return err
 	}
@@ -67,12 +70,26 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var ended map[string]int
+	if isLibrary(p.contender) {
+		if ended, err = endings(ctx, a); err != nil {
+			return err
+		}
+	}
 	if p.shards > 0 {
 		fmt.Fprintf(out, "each candidate a member of a group of %d shards; shard 0 written and checked\n", p.shards)
 	}
+	if p.policies {
+		fmt.Fprintf(out, "leader policies: candidate i has priority i mod 3, PreferAfter %v (the lease), a value naming its process, "+
+			"a health check that passes for 5-29 intervals then fails for 1-14 (HealthFailures 3), and pauses of up to 5 leases between faults\n", o.tm.Lease)
+	}
 	fmt.Fprintf(out, "chaos: %s, seed %d, %d faults in %v: %v\n", p.contender, p.seed, len(trials), time.Since(start).Round(time.Second), counts)
+	if ended != nil {
+		fmt.Fprintf(out, "terms by how they ended, in the election's history: %v\n", ended)
+	}
 	printTable(out, summarize(trials), []verdict{v}, nil)
-	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "shards": p.shards, "faults": counts, "trials": trials, "verdict": v}); err != nil {
+	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "shards": p.shards, "policies": p.policies, "faults": counts, "ended": ended,
+		"trials": trials, "verdict": v}); err != nil {
 		return err
 	}
 	if len(v.Violations) > 0 {
@@ -98,6 +115,8 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed, to replay a run")
 	galera := fs.Bool("galera", false, "run on a private three-node Galera cluster (installs its packages when missing); lease contender only")
 	shards := fs.Int("shards", 0, "make each candidate a member of a group of this many shards (election.Shards); shard 0 writes and is checked")
+	policies := fs.Bool("policies", false, "run each candidate with leader policies: priority (its index mod 3), PreferAfter (-lease), a value, "+
+		"and a health check that fails in runs; this library's contenders, without -shards")
 	if err := fs.Parse(args); err != nil {
 		return chaosPlan{}, err
 	}
@@ -114,7 +133,39 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	if *shards != 0 && !isLibrary(*contender) {
 		return chaosPlan{}, fmt.Errorf("-shards %d: only this library's contenders have shards", *shards)
 	}
-	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed, galera: *galera, shards: max(0, *shards)}, nil
+	switch {
+	case *policies && !isLibrary(*contender):
+		return chaosPlan{}, fmt.Errorf("-policies: only this library's contenders have leader policies, not %s", *contender)
+	case *policies && *shards != 0:
+		// The group evens its shards out over the members, and preferred
+		// leaders gather them on the highest priority: each would undo the
+		// other's hand-overs without end.
+		return chaosPlan{}, fmt.Errorf("-policies with -shards %d: a group's spread and preferred leaders would move the shards against each other; use one or the other", *shards)
+	}
+	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed, galera: *galera, shards: max(0, *shards), policies: *policies}, nil
+}
+
+// endings counts the terms of the election the arena checks by how they
+// ended, as its history says (Operator.History: its last
+// DefaultHistoryLimit terms); "open" is a term that has not ended.
+func endings(ctx context.Context, a *arena) (map[string]int, error) {
+	name := "bench"
+	if a.shards {
+		name = election.ShardName(name, 0)
+	}
+	op, err := election.NewOperator(a.admin, name, election.Config{})
+	if err != nil {
+		return nil, err
+	}
+	terms, err := op.History(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the history of %s: %w", name, err)
+	}
+	n := map[string]int{}
+	for _, t := range terms {
+		n[cmp.Or(t.Reason, "open")]++
+	}
+	return n, nil
 }
 
 // server starts what the plan runs on: a Galera cluster, whose HAProxy
@@ -135,15 +186,23 @@ func (p *chaosPlan) server(ctx context.Context, o *options) (*mysqltest.Server, 
 }
 
 // torture injects faults drawn at random from the plan's kinds, at random
-// pauses, until the plan's count or duration is reached or ctx ends. The
-// kinds are dealt like cards: each once, in a random order, before any
-// comes again, so that every kind is hit even in a short run.
+// pauses (longer under policies), until the plan's count or duration is
+// reached or ctx ends. The kinds are dealt like cards: each once, in a
+// random order, before any comes again, so that every kind is hit even in
+// a short run.
 func (p *chaosPlan) torture(ctx context.Context, a *arena, limit time.Duration, steps *progress) ([]trial, map[string]int, error) {
 	rng := rand.New(rand.NewPCG(p.seed, 0))
 	start := time.Now()
 	counts := map[string]int{}
 	var deck []string
 	var trials []trial
+	unit := time.Millisecond // of the pauses, up to 300
+	if p.policies {
+		// A leader hands over to a preferred candidate only once its term
+		// has lasted PreferAfter, a lease: pauses of up to 5 leases leave
+		// terms that time.
+		unit = a.tm.Lease / 60
+	}
 	for i := 0; i < p.faults && ctx.Err() == nil && (p.duration == 0 || time.Since(start) < p.duration); i++ {
 		if len(deck) == 0 {
 			deck = slices.Clone(p.kinds)
@@ -158,7 +217,7 @@ func (p *chaosPlan) torture(ctx context.Context, a *arena, limit time.Duration, 
 		}
 		counts[f]++
 		trials = append(trials, tr)
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(300)) * unit)
 	}
 	return trials, counts, nil
 }

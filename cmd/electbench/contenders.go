@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"sync"
@@ -43,6 +44,9 @@ func candidateMain(ctx context.Context, args []string) error {
 	dsn := fs.String("dsn", "", "")
 	elections := fs.Int("elections", 1, "")
 	shards := fs.Bool("shards", false, "")
+	policies := fs.Bool("policies", false, "")
+	priority := fs.Int("priority", 0, "")
+	healthSeed := fs.Uint64("health-seed", 0, "")
 	var tm timing
 	fs.DurationVar(&tm.Interval, "interval", time.Second, "")
 	fs.DurationVar(&tm.Lease, "lease", 5*time.Second, "")
@@ -55,19 +59,27 @@ func candidateMain(ctx context.Context, args []string) error {
 	if (*elections != 1 || *shards) && !isLibrary(*contender) {
 		return fmt.Errorf("-elections %d, -shards: only this library's contenders run several elections", *elections)
 	}
-	return runCandidate(ctx, *contender, *id, *dsn, tm, *elections, *shards)
+	var pol *policy
+	if *policies {
+		if !isLibrary(*contender) {
+			return errors.New("-policies: only this library's contenders have leader policies")
+		}
+		pol = &policy{priority: int32(*priority), healthSeed: *healthSeed}
+	}
+	return runCandidate(ctx, *contender, *id, *dsn, tm, *elections, *shards, pol)
 }
 
 // runCandidate runs contender as candidate id on dsn until ctx ends; a
 // library contender in elections elections, or, with shards, as a member
-// of a group of that many shards.
-func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, elections int, shards bool) error {
+// of a group of that many shards, and with pol's leader policies unless
+// pol is nil.
+func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, elections int, shards bool, pol *policy) error {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	c := &candidate{id: id, db: db, tm: tm, out: json.NewEncoder(os.Stdout)}
+	c := &candidate{id: id, db: db, tm: tm, policy: pol, out: json.NewEncoder(os.Stdout)}
 	c.obeyQuiet(ctx)
 	c.trap.listen(os.Stdin, c.emit)
 	// Every election of the candidate reaches the points; only the first,
@@ -113,6 +125,7 @@ type candidate struct {
 	id     string
 	db     *sql.DB
 	tm     timing
+	policy *policy // nil: none
 	mu     sync.Mutex
 	out    *json.Encoder
 	writes sync.WaitGroup
@@ -196,6 +209,9 @@ func (c *candidate) library(ctx context.Context, contender string, elections int
 	if contender == libLease {
 		cfg.Strategy = election.LeaseRow
 	}
+	if c.policy != nil {
+		c.policy.apply(&cfg, c.id, c.tm)
+	}
 	if shards {
 		return c.member(ctx, max(1, elections), cfg)
 	}
@@ -222,6 +238,74 @@ func (c *candidate) library(ctx context.Context, contender string, elections int
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// policy holds the leader policies a library candidate runs with (chaos
+// -policies).
+type policy struct {
+	priority   int32
+	healthSeed uint64 // with the process id, draws the runs of its health check (flapping)
+}
+
+// apply sets cfg's leader policies: the priority, a hand-over to a
+// preferred candidate once a term has lasted a lease, a value naming the
+// process, and a health check that flaps.
+func (p *policy) apply(cfg *election.Config, id string, tm timing) {
+	cfg.Priority = p.priority
+	cfg.PreferAfter = tm.Lease
+	cfg.Value = fmt.Sprintf("%s pid %d", id, os.Getpid())
+	// A candidate started again after a kill draws runs of its own.
+	cfg.Health = newFlapping(p.healthSeed, uint64(os.Getpid()), tm.Interval).check
+}
+
+// flapping is a health check that passes and fails in runs drawn from a
+// seed: passing for 5 to 29 intervals, then failing for 1 to 14, so that
+// most failing runs reach HealthFailures (3 by default) and end the term
+// or the campaign, and some do not. A candidate is then unhealthy about a
+// quarter of the time, and all three at once seldom. The runs are laid
+// out in time from when it was made, not counted in checks: a process
+// paused (SIGSTOP) finds the schedule where the clock is.
+type flapping struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	interval time.Duration
+	start    time.Time
+	failing  bool          // in the current run
+	until    time.Duration // the current run's end, since start
+}
+
+// errFlapping is the failure of a flapping check.
+var errFlapping = errors.New("failing, as the flapping schedule says")
+
+// newFlapping returns the schedule drawn from seed and stream for a check
+// made every interval.
+func newFlapping(seed, stream uint64, interval time.Duration) *flapping {
+	// A failing run that ends at once: the schedule opens with a passing one.
+	return &flapping{rng: rand.New(rand.NewPCG(seed, stream)), interval: interval, start: time.Now(), failing: true}
+}
+
+// check is the Config.Health.
+func (f *flapping) check(context.Context) error {
+	if f.failingAt(time.Since(f.start)) {
+		return errFlapping
+	}
+	return nil
+}
+
+// failingAt reports whether the check fails at d after start; d must not
+// go back.
+func (f *flapping) failingAt(d time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for d >= f.until {
+		f.failing = !f.failing
+		n := 5 + f.rng.IntN(25)
+		if f.failing {
+			n = 1 + f.rng.IntN(14)
+		}
+		f.until += time.Duration(n) * f.interval
+	}
+	return f.failing
 }
 
 // elect runs one elector in the election name until ctx ends or it fails;

@@ -13,6 +13,7 @@
 //	electbench -quick               every contender and fault once, in about two minutes
 //	electbench chaos -faults 1000   random faults against one contender, then both checkers
 //	electbench chaos -galera -contender lease   the same on a private three-node Galera cluster
+//	electbench chaos -policies      the same with priorities, preferred leaders and a flapping health check
 //	electbench scale                cost and SIGKILL failover at 3 and at 1000 candidates, and 100 elections per process
 //	electbench report -svg c.svg a.json b.json   one table and chart from several runs
 //
@@ -31,8 +32,8 @@
 //     comparison, chaos and scale share.
 //   - contenders.go: what runs inside a candidate process (the candidate
 //     subcommand): this library's strategies, in one election or in several
-//     on one *sql.DB, the timeout recipe and plain GET_LOCK, each printing
-//     its terms and writes as JSON events.
+//     on one *sql.DB, with or without leader policies, the timeout recipe
+//     and plain GET_LOCK, each printing its terms and writes as JSON events.
 //   - arena.go: the parent's side of the candidates: their database, users,
 //     fault proxies (only when a fault needs them) and processes, their
 //     events, and who leads.

@@ -222,7 +222,8 @@ func TestCheckersFindViolations(t *testing.T) {
 }
 
 // -quick shortens only the timing flags that were not given, and chaos
-// refuses fault kinds it does not know.
+// refuses fault kinds it does not know, and -policies but for this
+// library's contenders in one election.
 func TestFlags(t *testing.T) {
 	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
 	var o options
@@ -239,6 +240,41 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseChaos([]string{"-fault-kinds", "sigkill,sigkil"}, &options{}); err == nil || !strings.Contains(err.Error(), `unknown fault "sigkil"`) {
 		t.Errorf("chaos -fault-kinds sigkill,sigkil: %v", err)
+	}
+	for _, args := range [][]string{{"-contender", plainGetLock}, {"-contender", recipeSame}, {"-shards", "4"}} {
+		if _, err := parseChaos(append([]string{"-policies"}, args...), &options{}); err == nil || !strings.Contains(err.Error(), "-policies") {
+			t.Errorf("chaos -policies %s: %v", strings.Join(args, " "), err)
+		}
+	}
+	if p, err := parseChaos([]string{"-policies", "-contender", libLease}, &options{}); err != nil || !p.policies {
+		t.Errorf("chaos -policies -contender lease: %+v, %v", p, err)
+	}
+}
+
+// The flapping health check opens passing, then fails in runs, most long
+// enough to make a candidate unhealthy (3 checks in a row) and some not:
+// over ten minutes of checks every 100 ms, a hundred of the first.
+func TestFlapping(t *testing.T) {
+	f := newFlapping(7, 1, 100*time.Millisecond)
+	if f.failingAt(0) {
+		t.Fatal("fails at its first check")
+	}
+	var run, unhealthy, blips int
+	for d := time.Duration(0); d < 10*time.Minute; d += 100 * time.Millisecond {
+		if f.failingAt(d) {
+			run++
+			continue
+		}
+		switch {
+		case run >= 3:
+			unhealthy++
+		case run > 0:
+			blips++
+		}
+		run = 0
+	}
+	if unhealthy < 100 || blips < 1 {
+		t.Errorf("%d failing runs of 3 checks or more, %d shorter; want 100 or more, and some", unhealthy, blips)
 	}
 }
 

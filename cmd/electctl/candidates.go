@@ -32,18 +32,9 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 		}
 	}
 	if c.json {
-		type candView struct {
-			Identity  string   `json:"identity"`
-			Host      string   `json:"host"`
-			PID       int      `json:"pid"`
-			Since     jsonTime `json:"since"`
-			SeenAgoMS float64  `json:"seen_ago_ms"`
-			Alive     bool     `json:"alive"`
-			Leader    bool     `json:"leader"`
-		}
-		views := []candView{}
+		views := []candidateView{}
 		for _, k := range cs {
-			views = append(views, candView{k.Identity, k.Host, k.PID, jsonTime(k.Since), ms(k.SeenAgo), k.Alive, k.Leader})
+			views = append(views, candidate(k))
 		}
 		return c.printJSON(views)
 	}
@@ -57,11 +48,35 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 		switch {
 		case k.Leader:
 			role = "leader"
+		case !k.Alive && k.Health == "unhealthy":
+			role = "unhealthy" // withdrawn, not dead
 		case !k.Alive:
 			role = "dead"
 		}
-		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo)})
+		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo),
+			fmt.Sprint(k.Priority), shownOrDash(k.Version), shownOrDash(k.Health), shownOrDash(k.Value)})
 	}
-	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN", rows)
+	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN\tPRIORITY\tVERSION\tHEALTH\tVALUE", rows)
 	return exitOK
+}
+
+// candidateView is the JSON form of a candidate. Health is "healthy",
+// "unhealthy", or empty for a candidate that runs no check.
+type candidateView struct {
+	Identity  string   `json:"identity"`
+	Host      string   `json:"host"`
+	PID       int      `json:"pid"`
+	Since     jsonTime `json:"since"`
+	SeenAgoMS float64  `json:"seen_ago_ms"`
+	Alive     bool     `json:"alive"`
+	Leader    bool     `json:"leader"`
+	Value     string   `json:"value"`
+	Priority  int32    `json:"priority"`
+	Version   string   `json:"version"`
+	Health    string   `json:"health"`
+}
+
+// candidate gives the JSON form of candidate k.
+func candidate(k election.Candidate) candidateView {
+	return candidateView{k.Identity, k.Host, k.PID, jsonTime(k.Since), ms(k.SeenAgo), k.Alive, k.Leader, k.Value, k.Priority, k.Version, k.Health}
 }

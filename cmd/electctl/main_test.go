@@ -77,17 +77,32 @@ func newCluster(t *testing.T) *cluster {
 func (c *cluster) add(election_, id string) {
 	cfg := fast
 	cfg.Identity = id
+	c.addWith(election_, cfg)
+}
+
+// addWith runs candidate cfg.Identity of election_ with cfg, and returns
+// the terms it begins, as it begins them (the first ten).
+func (c *cluster) addWith(election_ string, cfg election.Config) <-chan *election.Term {
 	e, err := election.New(c.db, election_, cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c.cancel[id] = stop
+	c.cancel[cfg.Identity] = stop
+	terms := make(chan *election.Term, 10)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		e.Run(ctx, func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+		e.Run(ctx, func(ctx context.Context, t *election.Term) error {
+			select {
+			case terms <- t:
+			default:
+			}
+			<-ctx.Done()
+			return nil
+		})
 	}()
+	return terms
 }
 
 func (c *cluster) waitLeader(name string) string {
@@ -127,9 +142,24 @@ func (c *cluster) ctl(args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
+// fields gives the whitespace-separated fields of the line of out that
+// starts with prefix, or nil.
+func fields(out, prefix string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			return strings.Fields(line)
+		}
+	}
+	return nil
+}
+
 func TestStatusHistoryCandidates(t *testing.T) {
 	c := newCluster(t)
-	c.add("billing", "host-a")
+	const value = "http://10.0.0.1:8080"
+	cfg := fast
+	cfg.Identity, cfg.Value, cfg.Priority, cfg.Version = "host-a", value, 5, "v2"
+	cfg.Health = func(context.Context) error { return nil }
+	c.addWith("billing", cfg)
 	leader := c.waitLeader("billing")
 	c.add("billing", "host-b")
 	c.add("reports", "host-c")
@@ -139,10 +169,20 @@ func TestStatusHistoryCandidates(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "ELECTION") || !strings.Contains(out, "billing") || !strings.Contains(out, "reports") || !strings.Contains(out, "(recorded)") || !strings.Contains(out, "get_lock") {
 		t.Fatalf("status: %d\n%s", code, out)
 	}
+	if f, g := fields(out, "billing "), fields(out, "reports "); len(f) == 0 || f[len(f)-1] != value || len(g) == 0 || g[len(g)-1] != "-" {
+		t.Fatalf("status: no VALUE %s for billing and - for reports:\n%s", value, out)
+	}
+	code, out, _ = c.ctl("status", "billing")
+	for _, want := range [][]string{{"value:", value}, {"priority:", "5"}, {"version:", "v2"}, {"health:", "healthy"}} {
+		if f := fields(out, want[0]); code != exitOK || len(f) != 2 || f[1] != want[1] {
+			t.Fatalf("status billing: no %q:\n%s", want, out)
+		}
+	}
 	code, out, _ = c.ctl("status", "billing", "--json")
 	var rec recordView
 	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil || rec.Leader != leader || !rec.Leading || rec.Token != c.token("billing") ||
-		rec.LockConnID != rec.ConnID || rec.Strategy != "get_lock" {
+		rec.LockConnID != rec.ConnID || rec.Strategy != "get_lock" || rec.Value != value || rec.Candidate == nil ||
+		rec.Candidate.Identity != leader || rec.Candidate.Priority != 5 || rec.Candidate.Version != "v2" || rec.Candidate.Health != "healthy" {
 		t.Fatalf("status --json: %d %v\n%s", code, err, out)
 	}
 	code, _, errOut := c.ctl("status", "nosuch")
@@ -151,12 +191,19 @@ func TestStatusHistoryCandidates(t *testing.T) {
 	}
 	waitCandidates(t, c, "billing", 2)
 	code, out, _ = c.ctl("candidates", "billing", "--json")
-	var cands []map[string]any
+	var cands []candidateView
 	if err := json.Unmarshal([]byte(out), &cands); code != exitOK || err != nil || len(cands) != 2 {
 		t.Fatalf("candidates --json: %d %v\n%s", code, err, out)
 	}
+	if a, b := cands[0], cands[1]; a.Identity != "host-a" || !a.Leader || a.Value != value || a.Priority != 5 || a.Version != "v2" || a.Health != "healthy" ||
+		b.Identity != "host-b" || b.Value != "" || b.Priority != 0 || b.Version != "" || b.Health != "" {
+		t.Fatalf("candidates --json: %+v", cands)
+	}
 	code, out, _ = c.ctl("candidates", "billing")
-	if code != exitOK || !strings.Contains(out, "leader") || !strings.Contains(out, "host-b") {
+	// The last four columns: PRIORITY, VERSION, HEALTH, VALUE.
+	a, b := fields(out, "host-a "), fields(out, "host-b ")
+	if code != exitOK || len(a) < 4 || len(b) < 4 || a[1] != "leader" || strings.Join(a[len(a)-4:], " ") != "5 v2 healthy "+value ||
+		strings.Join(b[len(b)-4:], " ") != "0 - - -" {
 		t.Fatalf("candidates: %d\n%s", code, out)
 	}
 	code, out, _ = c.ctl("history", "billing", "--json")
@@ -258,11 +305,20 @@ func TestWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out bytes.Buffer
 	done := make(chan int)
-	go func() { done <- run(ctx, []string{"watch", "--dsn", c.dsn, "jobs"}, &out, os.Stderr) }()
+	go func() {
+		done <- run(ctx, []string{"watch", "--dsn", c.dsn, "--interval", "100ms", "jobs"}, &out, os.Stderr)
+	}()
 	time.Sleep(300 * time.Millisecond)
-	c.add("jobs", "a")
+	cfg := fast
+	cfg.Identity, cfg.Value = "a", "http://10.0.0.1:8080"
+	terms := c.addWith("jobs", cfg)
 	c.waitLeader("jobs")
 	token := c.token("jobs")
+	time.Sleep(300 * time.Millisecond) // watch prints the start, with the first value
+	if err := (<-terms).Proclaim(context.Background(), "http://10.0.0.2:8080"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
 	c.cancel["a"]()
 	time.Sleep(500 * time.Millisecond)
 	cancel()
@@ -270,8 +326,10 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("watch exited %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "no leader") || !strings.Contains(lines[1], fmt.Sprintf("term %d started: a leads", token)) ||
-		!strings.Contains(lines[2], fmt.Sprintf("term %d of a ended (resigned)", token)) {
+	if len(lines) != 4 || !strings.Contains(lines[0], "no leader") ||
+		!strings.HasSuffix(lines[1], fmt.Sprintf("term %d started: a leads (value http://10.0.0.1:8080)", token)) ||
+		!strings.HasSuffix(lines[2], fmt.Sprintf("term %d: a proclaims http://10.0.0.2:8080", token)) ||
+		!strings.Contains(lines[3], fmt.Sprintf("term %d of a ended (resigned)", token)) {
 		t.Fatalf("watch printed:\n%s", out.String())
 	}
 }

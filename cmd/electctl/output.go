@@ -143,6 +143,18 @@ func shown(s string) string {
 	return s
 }
 
+// shownOrDash gives shown(s), or - for an empty s: a field left unset. A
+// value "-" is quoted, so that it does not pass for none.
+func shownOrDash(s string) string {
+	switch s {
+	case "":
+		return "-"
+	case "-":
+		return quote(s)
+	}
+	return shown(s)
+}
+
 // quote quotes s as strconv.Quote does, but escapes the invisible runes
 // too, which strconv.Quote leaves as they are.
 func quote(s string) string {

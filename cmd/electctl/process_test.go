@@ -161,6 +161,9 @@ func TestJSONEscaped(t *testing.T) {
 		reason = "x\x7f[31m" // the column is ASCII
 	)
 	spoof(t, c.db, evil, host, reason)
+	if _, err := c.db.Exec("UPDATE election_record r, election_candidate c SET r.value = ?, c.value = ?, c.version = ?", evil, evil, evil); err != nil {
+		t.Fatal(err)
+	}
 	// decode checks that out holds none of the runes raw, and decodes it
 	// into v: the escapes must give back what was written.
 	decode := func(what, out string, v any) {
@@ -176,12 +179,12 @@ func TestJSONEscaped(t *testing.T) {
 	}
 	var rec recordView
 	code, out, _ := c.run("--json", "status", "spoof")
-	if decode("status spoof", out, &rec); code != exitOK || rec.Leader != evil || rec.Host != host {
+	if decode("status spoof", out, &rec); code != exitOK || rec.Leader != evil || rec.Host != host || rec.Value != evil || rec.Candidate == nil || rec.Candidate.Version != evil {
 		t.Errorf("status spoof --json: %d %+v", code, rec)
 	}
 	var recs []recordView
 	code, out, _ = c.run("--json", "status")
-	if decode("status", out, &recs); code != exitOK || len(recs) != 1 || recs[0].Leader != evil || recs[0].Host != host {
+	if decode("status", out, &recs); code != exitOK || len(recs) != 1 || recs[0].Leader != evil || recs[0].Host != host || recs[0].Value != evil {
 		t.Errorf("status --json: %d %+v", code, recs)
 	}
 	var terms []map[string]any
@@ -196,15 +199,15 @@ func TestJSONEscaped(t *testing.T) {
 	}
 	found := false
 	for _, k := range cands {
-		found = found || k["identity"] == evil && k["host"] == host
+		found = found || k["identity"] == evil && k["host"] == host && k["value"] == evil && k["version"] == evil
 	}
 	if !found {
-		t.Errorf("candidates --json: no candidate %q of host %q in %q", evil, host, cands)
+		t.Errorf("candidates --json: no candidate %q of host, value and version %q in %q", evil, host, cands)
 	}
 	// watch --json: its first line is the leader.
 	line := firstWatchLine(t, c.dsn, "--json", "watch", "spoof")
 	var ev map[string]any
-	if decode("watch", line, &ev); ev["leader"] != evil {
+	if decode("watch", line, &ev); ev["leader"] != evil || ev["value"] != evil {
 		t.Errorf("watch --json: %q", line)
 	}
 }
@@ -216,10 +219,12 @@ func TestControlCharactersEscaped(t *testing.T) {
 	// Rows as anyone with INSERT and UPDATE on the tables can write them:
 	// the leader's keepalive matches its row by term and session only.
 	const (
-		evil   = "\x1b[2K\rfake-leader"
-		host   = "h\u202eost"
-		name   = "spoof\x1b]0;pwned\x07"
-		reason = "x\x1b[31m"
+		evil    = "\x1b[2K\rfake-leader"
+		host    = "h\u202eost"
+		name    = "spoof\x1b]0;pwned\x07"
+		reason  = "x\x1b[31m"
+		value   = "http://x\x1b[2J\u202e/"
+		version = "v\x1b]0;x\x07"
 	)
 	for _, q := range []string{"UPDATE election_record SET name = ?", "UPDATE election_term SET holder = ?, host = ?"} {
 		args := []any{name}
@@ -231,6 +236,9 @@ func TestControlCharactersEscaped(t *testing.T) {
 		}
 	}
 	spoof(t, c.db, evil, host, reason)
+	if _, err := c.db.Exec("UPDATE election_record r, election_candidate c SET r.value = ?, c.value = ?, c.version = ?", value, value, version); err != nil {
+		t.Fatal(err)
+	}
 	raw := []string{"\x1b", "\r", "\u202e", "\x07"}
 	assertEscaped := func(what, out, errOut string, want ...string) {
 		t.Helper()
@@ -250,10 +258,10 @@ func TestControlCharactersEscaped(t *testing.T) {
 		code int
 		want []string
 	}{
-		{[]string{"status"}, exitOK, []string{evil, name}},
-		{[]string{"status", "spoof"}, exitOK, []string{evil, host, name}},
+		{[]string{"status"}, exitOK, []string{evil, name, value}},
+		{[]string{"status", "spoof"}, exitOK, []string{evil, host, name, value, version}},
 		{[]string{"history", "spoof"}, exitOK, []string{evil, host, reason}},
-		{[]string{"candidates", "spoof"}, exitOK, []string{evil, host}},
+		{[]string{"candidates", "spoof"}, exitOK, []string{evil, host, value, version}},
 		{[]string{"check", "spoof", "a"}, exitNotLeader, []string{evil}},
 		{[]string{"check", "spoof", "a "}, exitNotLeader, []string{evil, "a "}},
 	} {
@@ -271,7 +279,7 @@ func TestControlCharactersEscaped(t *testing.T) {
 	}
 	// watch's first line is the leader.
 	line := firstWatchLine(t, c.dsn, "watch", "spoof")
-	assertEscaped("watch", line, "", evil)
+	assertEscaped("watch", line, "", evil, value)
 	// Messages on stderr echo what the command line held.
 	code, _, errOut := c.run("status", "--\x1b[2Kx")
 	if code != exitUsage {
@@ -311,6 +319,15 @@ func TestShown(t *testing.T) {
 	} {
 		if got := shown(in); got != want {
 			t.Errorf("shown(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// An unset field shows as -, and a "-" set as one is quoted.
+func TestShownOrDash(t *testing.T) {
+	for in, want := range map[string]string{"": "-", "-": `"-"`, "v2": "v2", "a\x1b": `"a\x1b"`, " ": `" "`} {
+		if got := shownOrDash(in); got != want {
+			t.Errorf("shownOrDash(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

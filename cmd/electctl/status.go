@@ -16,6 +16,7 @@ type recordView struct {
 	Leading      bool     `json:"leading"`
 	State        string   `json:"state"`
 	Leader       string   `json:"leader"`
+	Value        string   `json:"value"` // what the leader proclaims
 	Host         string   `json:"host"`
 	PID          int      `json:"pid"`
 	Token        uint64   `json:"token"`
@@ -28,12 +29,15 @@ type recordView struct {
 	HandoverTo   string   `json:"handover_to,omitempty"`
 	Server       string   `json:"server"`           // the server read from
 	Behind       string   `json:"behind,omitempty"` // why it may show an old leader
+	// Candidate is the leader's candidate row (status NAME, while a
+	// candidate leads), as candidates gives it: priority, version, health.
+	Candidate *candidateView `json:"candidate,omitempty"`
 }
 
 // view gives the JSON form of an election's record, read from src.
 func view(r election.Record, src source) recordView {
 	return recordView{
-		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Host: r.Host, PID: r.PID,
+		Election: r.Name, Strategy: r.Strategy, Leading: r.Leading(), State: r.State, Leader: r.Identity, Value: r.Value, Host: r.Host, PID: r.PID,
 		Token: r.Token, Since: jsonTime(r.Since), RenewedAgoMS: ms(r.RenewedAgo), ExpiryMS: ms(r.Expiry),
 		ConnID: r.ConnID, LockConnID: r.LockConnID, Demoting: r.DemotedAgo > 0, HandoverTo: r.HandoverTo,
 		Server: src.Name, Behind: src.Behind,
@@ -68,16 +72,16 @@ func (c *cli) statusAll(ctx context.Context) int {
 	}
 	var rows [][]string
 	for _, r := range recs {
-		leader, state := shown(r.Identity), shown(r.State)
+		leader, state, value := shown(r.Identity), shown(r.State), shownOrDash(r.Value)
 		if !r.Leading() {
-			leader = "(none)"
+			leader, value = "(none)", "-"
 			if r.State == "leading" {
 				state = "stale"
 			}
 		}
-		rows = append(rows, []string{shown(r.Name), shown(r.Strategy), leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r)})
+		rows = append(rows, []string{shown(r.Name), shown(r.Strategy), leader, fmt.Sprint(r.Token), state, stamp(r.Since), ago(r.RenewedAgo), lockState(r), value})
 	}
-	c.table("ELECTION\tSTRATEGY\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK", rows)
+	c.table("ELECTION\tSTRATEGY\tLEADER\tTOKEN\tSTATE\tSINCE\tRENEWED\tLOCK\tVALUE", rows)
 	return exitOK
 }
 
@@ -99,14 +103,37 @@ func (c *cli) status(ctx context.Context, name string) int {
 	if !r.Leading() {
 		code = exitNoLeader
 	}
+	var lead *election.Candidate // the leader's candidate row
+	if r.Leading() {
+		cs, err := e.Candidates(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		for _, k := range cs {
+			if k.Identity == r.Identity {
+				lead = &k
+				break
+			}
+		}
+	}
 	if c.json {
-		c.printJSON(view(r, c.src))
+		v := view(r, c.src)
+		if lead != nil {
+			k := candidate(*lead)
+			v.Candidate = &k
+		}
+		c.printJSON(v)
 		return code
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	if r.Leading() {
-		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\t%s (host %s, pid %d)\ntoken:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
-			shown(r.Name), shown(r.Strategy), shown(r.Identity), shown(r.Host), r.PID, r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
+		fmt.Fprintf(w, "election:\t%s\nstrategy:\t%s\nleader:\t%s (host %s, pid %d)\nvalue:\t%s\n",
+			shown(r.Name), shown(r.Strategy), shown(r.Identity), shown(r.Host), r.PID, shownOrDash(r.Value))
+		if lead != nil {
+			fmt.Fprintf(w, "priority:\t%d\nversion:\t%s\nhealth:\t%s\n", lead.Priority, shownOrDash(lead.Version), shownOrDash(lead.Health))
+		}
+		fmt.Fprintf(w, "token:\t%d\nsince:\t%s\nrenewed:\t%s (expires after %v)\nlock:\t%s\n",
+			r.Token, stamp(r.Since), ago(r.RenewedAgo), r.Expiry, lockState(r))
 		if r.DemotedAgo > 0 {
 			fmt.Fprintf(w, "demotion:\trequested %s", ago(r.DemotedAgo))
 			if r.HandoverTo != "" {

@@ -13,12 +13,12 @@ import (
 
 // watchHelp follows watch's flags in its help.
 const watchHelp = `
-Prints who leads now, then every term's start and end, in order, until
-interrupted. If its reads fail before one has succeeded for a reason that
-retrying cannot fix (tables missing, a login or grant refused), it exits at
-once: 4 not found, 5 refused. Later it retries them: one line on stderr
-when reads start to fail, with the error, and one when they work again;
-the changes made meanwhile follow.
+Prints who leads now, then every term's start and end, in order, and each
+new value a leader proclaims, until interrupted. If its reads fail before
+one has succeeded for a reason that retrying cannot fix (tables missing, a
+login or grant refused), it exits at once: 4 not found, 5 refused. Later it
+retries them: one line on stderr when reads start to fail, with the error,
+and one when they work again; the changes made meanwhile follow.
 `
 
 // watch prints every change of leader of election name until interrupted.
@@ -135,6 +135,8 @@ type watchPrinter struct {
 func (p *watchPrinter) print(ev election.Event) {
 	c := p.c
 	revised := !ev.Leading && ev.Token != 0 && p.ended[ev.Token]
+	// Watch sends a term's start again when its leader proclaims a new value.
+	proclaimed := ev.Leading && p.newest.Leading && ev.Token == p.newest.Token
 	if !ev.Leading && ev.Token != 0 {
 		p.ended[ev.Token] = true
 	}
@@ -145,12 +147,19 @@ func (p *watchPrinter) print(ev election.Event) {
 		p.newest.Leading = false
 	}
 	if c.json {
-		c.writeJSON(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "reason": ev.Reason, "at": jsonTime(ev.At), "revised": revised}, "")
+		c.writeJSON(map[string]any{"token": ev.Token, "leader": ev.Identity, "leading": ev.Leading, "value": ev.Value, "reason": ev.Reason,
+			"at": jsonTime(ev.At), "revised": revised}, "")
 		return
 	}
 	switch {
+	case proclaimed:
+		fmt.Fprintf(c.out, "%s  term %d: %s proclaims %s\n", stamp(time.Now()), ev.Token, shown(ev.Identity), shownOrDash(ev.Value))
 	case ev.Leading:
-		fmt.Fprintf(c.out, "%s  term %d started: %s leads\n", stamp(ev.At), ev.Token, shown(ev.Identity))
+		value := ""
+		if ev.Value != "" {
+			value = " (value " + shown(ev.Value) + ")"
+		}
+		fmt.Fprintf(c.out, "%s  term %d started: %s leads%s\n", stamp(ev.At), ev.Token, shown(ev.Identity), value)
 	case ev.Token == 0:
 		fmt.Fprintf(c.out, "%s  no leader: the election has had no term\n", stamp(time.Now()))
 	default:

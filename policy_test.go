@@ -1,0 +1,354 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqlelect/election"
+)
+
+// preferAfter is the child processes' Config.PreferAfter: twice fast's
+// lease.
+const preferAfter = 2 * time.Second
+
+// TestProclaim: the value a leader proclaims reaches the record, its
+// candidate row, Watch and both Leader reads; a new one is proclaimed
+// during the term; a bad one is refused; an ended term proclaims nothing.
+func TestProclaim(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		cfg := fast
+		cfg.Strategy, cfg.Identity, cfg.Value = s, "a", "http://a.invalid:8080"
+		if s == election.GetLock {
+			needGetLock(t)
+		}
+		leader := newElectorWith(t, db, "proclaim", cfg)
+		term, err := leader.Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		follower := newElector(t, s, db, "proclaim", "b")
+		ops := newOperator(t, db, "proclaim")
+		for _, read := range []func(context.Context) (election.Record, error){follower.Leader, ops.Leader} {
+			if rec, err := read(ctx); err != nil || rec.Value != cfg.Value {
+				t.Fatalf("Leader: value %q, err %v; want %q", rec.Value, err, cfg.Value)
+			}
+		}
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		events := ops.Watch(wctx)
+		// The first state may precede the term's history row.
+		if ev := <-events; !ev.Leading {
+			ev = <-events
+			if !ev.Leading || ev.Token != term.Token() || ev.Value != cfg.Value {
+				t.Fatalf("Watch's event %+v, want term %d leading with %q", ev, term.Token(), cfg.Value)
+			}
+		} else if ev.Value != cfg.Value {
+			t.Fatalf("Watch's first event %+v, want %q", ev, cfg.Value)
+		}
+		if err := term.Proclaim(ctx, "http://a.invalid:9090"); err != nil {
+			t.Fatal(err)
+		}
+		if err := term.Proclaim(ctx, "http://a.invalid:9090"); err != nil { // unchanged
+			t.Fatalf("proclaiming the same value again: %v", err)
+		}
+		if ev := <-events; !ev.Leading || ev.Token != term.Token() || ev.Value != "http://a.invalid:9090" {
+			t.Fatalf("Watch after Proclaim: %+v", ev)
+		}
+		cands, err := ops.Candidates(ctx)
+		if err != nil || len(cands) != 1 || cands[0].Value != "http://a.invalid:9090" {
+			t.Fatalf("Candidates %+v, err %v: want a's new value", cands, err)
+		}
+		for _, bad := range []string{"\x1b[31mred", strings.Repeat("x", 1025), "a\u202eb"} {
+			if err := term.Proclaim(ctx, bad); !errors.Is(err, election.ErrInvalidConfig) {
+				t.Fatalf("Proclaim(%q) = %v, want ErrInvalidConfig", bad, err)
+			}
+		}
+		if _, err := election.New(db, "proclaim", election.Config{Value: "\x00"}); !errors.Is(err, election.ErrInvalidConfig) {
+			t.Fatalf("Config.Value with a NUL: %v, want ErrInvalidConfig", err)
+		}
+		resignAll(t, term)
+		if err := term.Proclaim(ctx, "http://late.invalid"); !errors.Is(err, election.ErrResigned) {
+			t.Fatalf("Proclaim after Resign = %v, want ErrResigned", err)
+		}
+		// The next term starts with the value last proclaimed.
+		term, err = leader.Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resignAll(t, term)
+		if rec, err := ops.Leader(ctx); err != nil || rec.Value != "http://a.invalid:9090" {
+			t.Fatalf("the next term's value %q, err %v", rec.Value, err)
+		}
+	})
+}
+
+// TestRedirectToLeader: the leader serves; a follower answers 307 to the
+// leader's value with the path and query; 503 without a leader or a URL.
+func TestRedirectToLeader(t *testing.T) {
+	s := strategies[0]
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	cfg := fast
+	cfg.Strategy, cfg.Identity, cfg.Value = s, "a", "https://a.invalid:8443/api"
+	leader := newElectorWith(t, db, "redirect", cfg)
+	follower := newElector(t, s, db, "redirect", "b")
+	served := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	get := func(e *election.Elector, path string) *http.Response {
+		rec := httptest.NewRecorder()
+		e.RedirectToLeader(served).ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Result()
+	}
+	if code := get(follower, "/jobs").StatusCode; code != http.StatusServiceUnavailable {
+		t.Fatalf("without a leader: %d, want 503", code)
+	}
+	term, err := leader.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resignAll(t, term)
+	if code := get(leader, "/jobs").StatusCode; code != http.StatusTeapot {
+		t.Fatalf("the leader's own request: %d, want next's 418", code)
+	}
+	time.Sleep(cfg.Interval) // the follower's cached read of "no leader" expires
+	res := get(follower, "/jobs/7?full=1")
+	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusTemporaryRedirect || loc != "https://a.invalid:8443/api/jobs/7?full=1" {
+		t.Fatalf("a follower's request: %d to %q, want 307 to the leader's value with the path and query", res.StatusCode, loc)
+	}
+	if err := term.Proclaim(ctx, "not a url"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(cfg.Interval)
+	if code := get(follower, "/jobs").StatusCode; code != http.StatusServiceUnavailable {
+		t.Fatalf("a leader proclaiming no URL: %d, want 503", code)
+	}
+}
+
+// TestPreferredLeader: a leader hands over to a candidate of higher
+// priority once both have waited PreferAfter, and never to an equal.
+func TestPreferredLeader(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		if s == election.GetLock {
+			needGetLock(t)
+		}
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		var preempted atomic.Int32
+		candidate := func(id string, priority int32) *election.Elector {
+			cfg := fast
+			cfg.Strategy, cfg.Identity, cfg.Priority, cfg.PreferAfter = s, id, priority, preferAfter
+			cfg.Observer = &election.Observer{Preempted: func(string, string) { preempted.Add(1) }}
+			return newElectorWith(t, db, "prefer", cfg)
+		}
+		ops := newOperator(t, db, "prefer")
+		leads := func(id string) func() bool {
+			return func() bool {
+				rec, err := ops.Leader(ctx)
+				return err == nil && rec.Identity == id
+			}
+		}
+		hold := func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil }
+		runInBackground(t, ctx, candidate("low", 0), func(ctx context.Context, _ *election.Term) error { <-ctx.Done(); return nil })
+		waitFor(t, "low to lead", 10*time.Second, leads("low"))
+		first, _ := ops.Leader(ctx)
+		runInBackground(t, ctx, candidate("equal", 0), hold)
+		// An equal never moves the leader.
+		time.Sleep(2 * preferAfter)
+		if rec, _ := ops.Leader(ctx); rec.Token != first.Token {
+			t.Fatalf("leadership moved to %q (term %d) for a candidate of equal priority", rec.Identity, rec.Token)
+		}
+		// A preferred candidate that comes and goes within PreferAfter
+		// never moves it either.
+		flapping := candidate("high", 1)
+		for range 3 {
+			fctx, stop := context.WithTimeout(ctx, preferAfter*3/4)
+			flapping.Run(fctx, hold)
+			stop()
+		}
+		if rec, _ := ops.Leader(ctx); rec.Token != first.Token {
+			t.Fatalf("leadership moved to %q (term %d) for a candidate that came and went", rec.Identity, rec.Token)
+		}
+		runInBackground(t, ctx, flapping, hold)
+		joined := time.Now()
+		waitFor(t, "high to lead", 4*preferAfter, leads("high"))
+		if waited := time.Since(joined); waited < preferAfter {
+			t.Fatalf("high led %v after it joined, before PreferAfter %v", waited, preferAfter)
+		}
+		assertHistoryReason(t, ops, first.Token, "handed-over")
+		if n := preempted.Load(); n != 1 {
+			t.Fatalf("Observer.Preempted called %d times, want 1", n)
+		}
+		cands, err := ops.Candidates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cands {
+			if want := map[string]int32{"low": 0, "equal": 0, "high": 1}[c.Identity]; c.Priority != want || !c.Alive {
+				t.Fatalf("candidate %+v: want priority %d, alive", c, want)
+			}
+		}
+	})
+}
+
+// TestHealthyLeaders: a leader whose check fails HealthFailures times in a
+// row resigns, recorded unhealthy, its function stopped first; while
+// unhealthy it does not campaign and is no hand-over target; once its check
+// passes it campaigns again.
+func TestHealthyLeaders(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		if s == election.GetLock {
+			needGetLock(t)
+		}
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		var failing atomic.Bool
+		cfg := fast
+		cfg.Strategy, cfg.Identity = s, "a"
+		cfg.Health = func(context.Context) error {
+			if failing.Load() {
+				return errors.New("the downstream is down")
+			}
+			return nil
+		}
+		var running atomic.Bool
+		runInBackground(t, ctx, newElectorWith(t, db, "health", cfg), func(ctx context.Context, _ *election.Term) error {
+			running.Store(true)
+			<-ctx.Done()
+			time.Sleep(50 * time.Millisecond) // stopping takes a while
+			running.Store(false)
+			return nil
+		})
+		ops := newOperator(t, db, "health")
+		waitFor(t, "a to lead", 10*time.Second, func() bool { rec, err := ops.Leader(ctx); return err == nil && rec.Identity == "a" })
+		first, _ := ops.Leader(ctx)
+		runInBackground(t, ctx, newElector(t, s, db, "health", "b"), func(ctx context.Context, _ *election.Term) error {
+			if running.Load() {
+				t.Errorf("b leads while a's function runs")
+			}
+			<-ctx.Done()
+			return nil
+		})
+		failing.Store(true)
+		waitFor(t, "b to lead", 10*time.Second, func() bool { rec, err := ops.Leader(ctx); return err == nil && rec.Identity == "b" })
+		assertHistoryReason(t, ops, first.Token, "unhealthy")
+		health := func() election.Candidate {
+			cands, err := ops.Candidates(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cands {
+				if c.Identity == "a" {
+					return c
+				}
+			}
+			return election.Candidate{}
+		}
+		if c := health(); c.Alive || c.Health != "unhealthy" {
+			t.Fatalf("a while failing: %+v, want unhealthy and not alive", c)
+		}
+		if _, err := ops.Handover(ctx, "a"); !errors.Is(err, election.ErrNotCandidate) {
+			t.Fatalf("a hand-over to the unhealthy a: %v, want ErrNotCandidate", err)
+		}
+		failing.Store(false)
+		waitFor(t, "a to campaign again, healthy", 10*time.Second, func() bool { c := health(); return c.Alive && c.Health == "healthy" })
+	})
+}
+
+// TestRollingDeploy: three processes are replaced one by one (SIGTERM, then
+// a new process with a new version and a higher priority): leadership
+// moves at most once per instance, ends on the new version, and no stale
+// fenced write is accepted.
+func TestRollingDeploy(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g := writingGroup(t, s, "deploy", 0)
+		old := []string{"ELECTION_CHILD_PRIORITY=0", "ELECTION_CHILD_VERSION=v1"}
+		for i := range 3 {
+			g.start(fmt.Sprintf("v1-%d", i), old...)
+		}
+		ops := newOperator(t, db, "deploy")
+		ctx := ctxFor(t, 3*time.Minute)
+		g.Next(is("start"), 30*time.Second)
+		first, _ := ops.Leader(ctx)
+		for i := range 3 {
+			id := fmt.Sprintf("v1-%d", i)
+			g.signal(id, syscall.SIGTERM)
+			g.Next(isFrom("exit", id), 30*time.Second)
+			g.start(fmt.Sprintf("v2-%d", i), "ELECTION_CHILD_PRIORITY=1", "ELECTION_CHILD_VERSION=v2")
+			time.Sleep(2 * preferAfter) // long enough for a preferred hand-over
+		}
+		waitFor(t, "a new instance to lead", 4*preferAfter, func() bool {
+			rec, err := ops.Leader(ctx)
+			return err == nil && strings.HasPrefix(rec.Identity, "v2-") && rec.Value == "http://"+rec.Identity+".invalid/"
+		})
+		time.Sleep(2 * preferAfter) // no move after the deploy either
+		hist, err := ops.History(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var moves, terms []string
+		for _, h := range hist {
+			if h.Token > first.Token {
+				moves = append(moves, h.Identity)
+			}
+			terms = append(terms, fmt.Sprintf("%d %s %s", h.Token, h.Identity, h.Reason))
+		}
+		t.Logf("history, newest first: %v", terms)
+		if len(moves) > 3 {
+			t.Fatalf("leadership moved %d times during a rolling deploy of 3 instances: %v", len(moves), moves)
+		}
+		t.Logf("%d moves from %s: %v", len(moves), first.Identity, moves)
+		checkWrites(t, db)
+	})
+}
+
+// TestUnhealthyProcess: a leader process whose check starts failing
+// resigns, recorded unhealthy; another process leads; the first campaigns
+// again once its check passes, and does not take leadership back from an
+// equal.
+func TestUnhealthyProcess(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g := writingGroup(t, s, "health", 0)
+		flag := filepath.Join(t.TempDir(), "unhealthy")
+		for _, id := range []string{"proc-0", "proc-1"} {
+			g.start(id, "ELECTION_CHILD_UNHEALTHY_IF="+flag+"-"+id)
+		}
+		ops := newOperator(t, db, "health")
+		ctx := ctxFor(t, 2*time.Minute)
+		start := g.Next(is("start"), 30*time.Second)
+		other := map[string]string{"proc-0": "proc-1", "proc-1": "proc-0"}[start.ID]
+		if err := os.WriteFile(flag+"-"+start.ID, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.Next(func(e event) bool { return e.Ev == "logged" && e.ID == start.ID && e.Token == start.Token && e.Reason == "unhealthy" }, 10*time.Second)
+		next := g.Next(isFrom("start", other), 10*time.Second)
+		assertHistoryReason(t, ops, start.Token, "unhealthy")
+		if err := os.Remove(flag + "-" + start.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, start.ID+" to campaign again", 10*time.Second, func() bool {
+			cands, err := ops.Candidates(ctx)
+			for _, c := range cands {
+				if c.Identity == start.ID && c.Alive && c.Health == "healthy" {
+					return err == nil
+				}
+			}
+			return false
+		})
+		time.Sleep(time.Second)
+		if rec, err := ops.Leader(ctx); err != nil || rec.Token != next.Token {
+			t.Fatalf("after %s recovered the leader is %q (term %d, err %v), want %s's term %d to go on", start.ID, rec.Identity, rec.Token, err, other, next.Token)
+		}
+		checkWrites(t, db)
+	})
+}
