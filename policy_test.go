@@ -330,7 +330,9 @@ func TestUnhealthyProcess(t *testing.T) {
 		if err := os.WriteFile(flag+"-"+start.ID, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		g.Next(func(e event) bool { return e.Ev == "logged" && e.ID == start.ID && e.Token == start.Token && e.Reason == "unhealthy" }, 10*time.Second)
+		g.Next(func(e event) bool {
+			return e.Ev == "logged" && e.ID == start.ID && e.Token == start.Token && e.Reason == "unhealthy"
+		}, 10*time.Second)
 		next := g.Next(isFrom("start", other), 10*time.Second)
 		assertHistoryReason(t, ops, start.Token, "unhealthy")
 		if err := os.Remove(flag + "-" + start.ID); err != nil {
