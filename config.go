@@ -152,7 +152,7 @@ type Config struct {
 	// Value is what this candidate proclaims while it leads: an address
 	// clients can dial, an endpoint, a version. Followers read it
 	// (Elector.Leader, Operator.Leader, Watch, electctl status), and
-	// RedirectHandler sends their HTTP clients to it. A leader changes it
+	// RedirectToLeader sends their HTTP clients to it. A leader changes it
 	// with Term.Proclaim. At most 1024 bytes of printable UTF-8.
 	Value string
 	// Priority ranks this candidate for leadership, higher first (default
@@ -166,10 +166,10 @@ type Config struct {
 	// lasted PreferAfter hands over (as Operator.Handover does, lock-delay
 	// and all) to the live, healthy candidate of the highest Priority above
 	// its own that has campaigned for PreferAfter without a break. It looks
-	// every PreferAfter/2, one statement. A candidate that comes and goes
-	// more often than that never moves the leader, equals never do, and a
-	// leader moves for priority at most once per PreferAfter. Default 0:
-	// never; else at least Lease.
+	// every PreferAfter/2, one statement. A candidate that does not stay
+	// PreferAfter never moves the leader, equals never do, and a leader
+	// moves for priority at most once per PreferAfter. Default 0: never;
+	// else at least Lease.
 	PreferAfter time.Duration
 	// Health is a check Run makes every Interval, with a context that ends
 	// after Interval (a check still running then fails). After

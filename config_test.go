@@ -57,6 +57,12 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"identity with a blank braille pattern", db, "x", election.Config{Identity: "host-a\u2800"}, "control, format or invisible"},
 		{"lease and margin beyond a year together", db, "x", election.Config{Lease: 200 * 24 * time.Hour, Margin: 200 * 24 * time.Hour}, "wait_timeout"},
 		{"negative history limit", db, "x", election.Config{HistoryLimit: -1}, "HistoryLimit"},
+		{"value too long", db, "x", election.Config{Value: strings.Repeat("v", 1025)}, "1025 bytes"},
+		{"value with an escape", db, "x", election.Config{Value: "http://a\x1b[2J"}, "not printable"},
+		{"version too long", db, "x", election.Config{Version: strings.Repeat("1", 65)}, "Version"},
+		{"PreferAfter below the lease", db, "x", election.Config{Lease: 5 * time.Second, PreferAfter: time.Second}, "PreferAfter"},
+		{"negative PreferAfter", db, "x", election.Config{PreferAfter: -time.Second}, "PreferAfter"},
+		{"negative HealthFailures", db, "x", election.Config{HealthFailures: -1}, "HealthFailures"},
 		{"unknown strategy", db, "x", election.Config{Strategy: election.LeaseRow + 1}, "Strategy"},
 		{"pool of one connection", one, "x", election.Config{}, "SetMaxOpenConns(2)"},
 	}

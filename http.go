@@ -32,6 +32,8 @@ func (e *Elector) LeaderHandler() http.Handler {
 // it), and when Run returned an error that retrying cannot fix (see Run),
 // such as ErrAccessDenied, until Run is called again. Otherwise it answers
 // 200. It does no I/O. Terms taken with Campaign are not tracked.
+// Config.Health is another thing: a check of the leader's own
+// dependencies, which ends its leadership rather than its process.
 func (e *Elector) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()

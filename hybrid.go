@@ -410,9 +410,10 @@ type TermRecord struct {
 	Ended time.Time
 	// Reason says why the term ended, in the words the leader's log ("term
 	// ended", reason=...), its Observer and Watch use: resigned, demoted,
-	// handed-over, unhealthy, hang-killed, demote-killed, lease-expired, session-lost,
-	// lock-lost, or lost when the leader has not said why (a crash; a leader
-	// still paused or cut off, which records its own reason when it is back).
+	// handed-over, unhealthy, hang-killed, demote-killed, lease-expired,
+	// session-lost, lock-lost, or lost when the leader has not said why (a
+	// crash; a leader still paused or cut off, which records its own reason
+	// when it is back).
 	Reason string
 }
 
@@ -547,9 +548,9 @@ type presence struct {
 }
 
 // join writes this candidate's row, as a campaign that begins now,
-// refuses to join an election that live
-// candidates of another strategy run, and deletes the rows of candidates
-// dead for ten of their expiry periods. A GetLock candidate's session holds
+// refuses to join an election that live candidates of another strategy
+// run, and deletes the rows of candidates dead for ten of their expiry
+// periods. A GetLock candidate's session holds
 // its candidate lock before it joins.
 func (p *presence) join(ctx context.Context, q querier) error {
 	st := p.st

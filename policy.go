@@ -194,7 +194,7 @@ func (h *health) checked(err error) {
 	} else if h.fails++; h.fails >= e.st.cfg.HealthFailures {
 		h.healthy = false
 	}
-	now, stop := h.healthy, h.stop
+	now, stop, fails := h.healthy, h.stop, h.fails
 	if now != was {
 		close(h.changed)
 		h.changed = make(chan struct{})
@@ -203,7 +203,7 @@ func (h *health) checked(err error) {
 	e.st.cfg.Observer.healthChecked(e.st.name, now, err)
 	if now == was {
 		if err != nil {
-			e.log.Debug("health check failed", "err", err, "in_a_row", h.fails)
+			e.log.Debug("health check failed", "err", err, "in_a_row", fails)
 		}
 		return
 	}

@@ -126,8 +126,8 @@ func (t *Term) Context() context.Context { return t.ctx }
 func (t *Term) Done() <-chan struct{} { return t.ctx.Done() }
 
 // Err returns nil while the term lasts and why it ended afterwards:
-// ErrResigned, ErrDemoted, ErrUnhealthy, ErrLeaseExpired, ErrSessionLost, ErrLockLost, or the cause of
-// the Campaign context's end.
+// ErrResigned, ErrDemoted, ErrUnhealthy, ErrLeaseExpired, ErrSessionLost,
+// ErrLockLost, or the cause of the Campaign context's end.
 func (t *Term) Err() error {
 	if t.ctx.Err() == nil {
 		return nil
