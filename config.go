@@ -168,8 +168,9 @@ type Config struct {
 	// its own that has campaigned for PreferAfter without a break. It looks
 	// every PreferAfter/2, one statement. A candidate that does not stay
 	// PreferAfter never moves the leader, equals never do, and a leader
-	// moves for priority at most once per PreferAfter. Default 0: never;
-	// else at least Lease.
+	// moves for priority at most once per PreferAfter. It is the leader's
+	// setting: give every candidate the same. Default 0: never; else at
+	// least Lease.
 	PreferAfter time.Duration
 	// Health is a check Run makes every Interval, with a context that ends
 	// after Interval (a check still running then fails). After
