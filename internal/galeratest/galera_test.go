@@ -903,3 +903,78 @@ func TestShardsAcrossNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestPoliciesAcrossNodes: the leader policies with candidates on three
+// nodes: the value proclaimed on one node is read on another, a leader
+// hands over to a candidate of higher priority on another node, and that
+// one resigns unhealthy when its check fails; the fenced writes stay
+// fenced on every node.
+func TestPoliciesAcrossNodes(t *testing.T) {
+	c, name := setup(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	var failing atomic.Bool
+	var terms sync.Map // identity: its current *election.Term
+	start := func(k int, priority int32, health func(context.Context) error) {
+		cfg := timing
+		cfg.Identity, cfg.Priority, cfg.PreferAfter, cfg.Health = nodeID(k), priority, 2*timing.Lease, health
+		cfg.Value = "http://" + nodeID(k) + ".invalid/"
+		e, err := election.New(c.Node(k).Open(t, name), name, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runInBackground(t, e, func(ctx context.Context, term *election.Term) error {
+			terms.Store(cfg.Identity, term)
+			writeLoop(t, ctx, term, cfg.Identity)
+			return nil
+		})
+	}
+	ops, err := election.NewOperator(c.Node(3).Open(t, name), name, timing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leads := func(id, value string) func() bool {
+		return func() bool {
+			rec, err := ops.Leader(ctx)
+			return err == nil && rec.Identity == id && rec.Value == value
+		}
+	}
+	start(1, 0, nil)
+	waitFor(t, "node-1 to lead, its value read on node 3", 30*time.Second, leads("node-1", "http://node-1.invalid/"))
+	first, _ := ops.Leader(ctx)
+	start(2, 1, func(context.Context) error {
+		if failing.Load() {
+			return errors.New("failing, as the test says")
+		}
+		return nil
+	})
+	waitFor(t, "node-2, of a higher priority, to lead", time.Minute, leads("node-2", "http://node-2.invalid/"))
+	second, _ := ops.Leader(ctx)
+	failing.Store(true)
+	waitFor(t, "node-1 to lead again", 30*time.Second, leads("node-1", "http://node-1.invalid/"))
+	term, _ := terms.Load("node-1")
+	if err := term.(*election.Term).Proclaim(ctx, "http://node-1.invalid:9090/"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new value, read on node 3", 10*time.Second, leads("node-1", "http://node-1.invalid:9090/"))
+	hist, err := ops.History(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[uint64]string{}
+	for _, h := range hist {
+		reasons[h.Token] = h.Reason
+	}
+	if reasons[first.Token] != "handed-over" || reasons[second.Token] != "unhealthy" {
+		t.Fatalf("node-1's first term ended %q, node-2's %q; want handed-over, unhealthy", reasons[first.Token], reasons[second.Token])
+	}
+	cands, err := ops.Candidates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range cands {
+		if k.Identity == "node-2" && (k.Alive || k.Health != "unhealthy" || k.Priority != 1) {
+			t.Fatalf("node-2 while failing: %+v, want unhealthy, not alive, priority 1", k)
+		}
+	}
+	checkWrites(t, c, name)
+}
