@@ -166,7 +166,7 @@ type Config struct {
 	// lasted PreferAfter hands over (as Operator.Handover does, lock-delay
 	// and all) to the live, healthy candidate of the highest Priority above
 	// its own that has campaigned for PreferAfter without a break. It looks
-	// every PreferAfter/2, one statement. A candidate that does not stay
+	// every PreferAfter/2, in one statement. A candidate that does not stay
 	// PreferAfter never moves the leader, equals never do, and a leader
 	// moves for priority at most once per PreferAfter. It is the leader's
 	// setting: give every candidate the same. Default 0: never; else at

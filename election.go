@@ -330,6 +330,10 @@ func (e *Elector) Leader(ctx context.Context) (Record, error) {
 // logged at WARN. To end Run from fn (the work is done for good), return
 // an error wrapping ErrStop: Run resigns and returns that error.
 //
+// With Config.Health, Run campaigns only while the candidate is healthy:
+// from the first check that passes, until HealthFailures fail in a row,
+// which also end its term (see Config.Health).
+//
 // Run returns ctx's error once ctx ends. A failed campaign (the server
 // unreachable or restarting, a session lost) is logged, reported to
 // Observer.CampaignFailed and retried with backoff, except for errors that

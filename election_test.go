@@ -744,7 +744,7 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
 		prepare = append(prepare, step{"check " + tbl, "SELECT lock_name FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
 	}
-	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value FROM `election_record` LIMIT 0", "checking the tables"},
+	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value, value_epoch FROM `election_record` LIMIT 0", "checking the tables"},
 		step{"check the candidate's added columns", "SELECT value, priority, version, healthy, waiting_since FROM `election_candidate` LIMIT 0", "checking the tables"},
 		step{"check the term's added column", "SELECT server FROM `election_term` LIMIT 0", "checking the tables"})
 	session := []step{

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -64,7 +65,7 @@ func reply(w http.ResponseWriter, code int, msg string) {
 // request's path and query appended, as Vault's standby nodes do. It
 // answers 503 when nobody leads, and when the leader's value is not an
 // absolute http or https URL. It reads the record at most once per
-// Interval for all requests.
+// Interval for all requests (a read that fails is not kept).
 func (e *Elector) RedirectToLeader(next http.Handler) http.Handler {
 	var (
 		mu   sync.Mutex
@@ -76,10 +77,14 @@ func (e *Elector) RedirectToLeader(next http.Handler) http.Handler {
 		mu.Lock()
 		defer mu.Unlock()
 		if read.IsZero() || time.Since(read) >= e.st.cfg.Interval {
-			ctx, cancel := context.WithTimeout(ctx, e.st.cfg.Interval)
+			// For every request waiting: not ended by the one that reads.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.st.cfg.Interval)
 			defer cancel()
 			rec, err = e.Leader(ctx)
-			read = time.Now()
+			read = time.Time{}
+			if err == nil || errors.Is(err, ErrNoLeader) {
+				read = time.Now()
+			}
 		}
 		return rec, err
 	}
@@ -103,7 +108,9 @@ func (e *Elector) RedirectToLeader(next http.Handler) http.Handler {
 			reply(w, http.StatusServiceUnavailable, fmt.Sprintf("the leader %q proclaims no http or https URL to redirect to: %q", rec.Identity, rec.Value))
 			return
 		}
-		to = to.JoinPath(r.URL.Path)
+		// The request's path as it came, escapes and all, after the value's.
+		to.RawPath = strings.TrimSuffix(to.EscapedPath(), "/") + r.URL.EscapedPath()
+		to.Path = strings.TrimSuffix(to.Path, "/") + r.URL.Path
 		to.RawQuery = r.URL.RawQuery
 		http.Redirect(w, r, to.String(), http.StatusTemporaryRedirect)
 	})

@@ -67,6 +67,8 @@ type store struct {
 	starts   int          // terms started through this store, for pruneDue
 	value    string       // what its terms proclaim: Config.Value, or the last Term.Proclaim
 	healthy  sql.NullBool // Run's health (Config.Health), for the candidate row; NULL without a check
+
+	proclaiming sync.Mutex // one Term.Proclaim at a time, so that value and the record agree
 }
 
 func newStore(db *sql.DB, name string, cfg Config) *store {
@@ -316,12 +318,15 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 
 // recordColumns selects, from the record as r, what Record holds, with
 // owner naming the election's lock for IS_USED_LOCK. A missing row (a LEFT
-// JOIN's) reads as NULLs, which Record.fields takes as zeros.
+// JOIN's) reads as NULLs, which Record.fields takes as zeros. The value is
+// the term's only if its claim wrote it: the claim of a version before
+// values leaves the last one.
 func recordColumns(owner string) string {
 	return "r.name, r.strategy, r.state, r.epoch, r.holder, r.host, r.pid, r.conn_id, " +
 		utcMicros("r.since") + ", " + utcMicros("r.renewed_at") + ", " + utcMicros("r.ended_at") + ", " +
 		ageMicros("r.renewed_at") + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
-		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to, r.value"
+		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to, " +
+		"IF(r.value_epoch <=> r.epoch, r.value, NULL)"
 }
 
 // fields returns the scan targets for recordColumns' columns, which fill
@@ -503,13 +508,19 @@ func candidateLockSQL(c string) string {
 	return "CONCAT(" + literal(candidateLockHead) + ", LEFT(SHA2(CONCAT(" + c + ".lock_name, '/', " + c + ".identity), 256), 40))"
 }
 
+// present is true, on the candidate row c, while that candidate's process
+// takes part: under GetLock while a session holds its candidate lock;
+// under LeaseRow while its last heartbeat is younger than its expiry.
+func present(c string) string {
+	return "IF(" + c + ".strategy = " + literal(GetLock.String()) + ", IS_USED_LOCK(" + candidateLockSQL(c) + ") IS NOT NULL, " +
+		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us)"
+}
+
 // alive is true, on the candidate row c, while that candidate campaigns:
-// under GetLock while a session holds its candidate lock; under LeaseRow
-// while its last heartbeat is younger than its expiry; never while it has
-// withdrawn as unhealthy (Config.Health).
+// present, and not withdrawn as unhealthy (Config.Health). Only a live
+// candidate is listed as alive, is a hand-over target, and is yielded to.
 func alive(c string) string {
-	return "(NOT (" + c + ".healthy <=> FALSE) AND IF(" + c + ".strategy = " + literal(GetLock.String()) + ", IS_USED_LOCK(" + candidateLockSQL(c) + ") IS NOT NULL, " +
-		ageMicros(c+".seen_at") + " <= " + c + ".expiry_us))"
+	return "(NOT (" + c + ".healthy <=> FALSE) AND " + present(c) + ")"
 }
 
 // target is true, on the candidate row c, for a candidate a hand-over may
@@ -557,7 +568,7 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	_, strategy := st.settled()
 	var other sql.NullString
 	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
-		alive("c"), p.lock, strategy.String())).Scan(&other)
+		present("c"), p.lock, strategy.String())).Scan(&other)
 	if err != nil {
 		return during("reading the candidates", schemaError(st.tbl, err))
 	}
@@ -567,7 +578,7 @@ func (p *presence) join(ctx context.Context, q querier) error {
 	if err := p.write(ctx, q, true); err != nil {
 		return err
 	}
-	if _, err := q.ExecContext(ctx, text("DELETE c FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND NOT "+alive("c")+" AND "+
+	if _, err := q.ExecContext(ctx, text("DELETE c FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND NOT "+present("c")+" AND "+
 		ageMicros("c.seen_at")+" > 10 * c.expiry_us", p.lock)); err != nil {
 		return during("cleaning up candidates", schemaError(st.tbl, err))
 	}

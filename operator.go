@@ -155,7 +155,7 @@ func (o *Operator) removeRows(ctx context.Context, lock string) error {
 		return during("removing the election", err)
 	}
 	var live int
-	if err := tx.QueryRowContext(ctx, text("SELECT COUNT(*) FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND "+alive("c"), lock)).Scan(&live); err != nil {
+	if err := tx.QueryRowContext(ctx, text("SELECT COUNT(*) FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND "+present("c"), lock)).Scan(&live); err != nil {
 		return during("removing the election", schemaError(s.tbl, err))
 	}
 	if live > 0 {
@@ -163,7 +163,7 @@ func (o *Operator) removeRows(ctx context.Context, lock string) error {
 	}
 	for _, q := range []string{
 		"DELETE FROM `" + s.tbl.term + "` WHERE lock_name = ?",
-		"DELETE c FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = ? AND NOT " + alive("c"),
+		"DELETE c FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = ? AND NOT " + present("c"),
 		"DELETE FROM `" + s.tbl.epoch + "` WHERE lock_name = ?",
 		"DELETE FROM `" + s.tbl.record + "` WHERE lock_name = ?",
 	} {

@@ -29,6 +29,8 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return t.endCause()
 	}
 	st := t.st
+	st.proclaiming.Lock()
+	defer st.proclaiming.Unlock()
 	st.mu.Lock()
 	st.value = value
 	st.mu.Unlock()
@@ -58,24 +60,24 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 }
 
 // prefer hands term t over to a preferred candidate (Config.PreferAfter)
-// once the term has lasted PreferAfter, looking every PreferAfter/2, until
-// stop is closed or it has asked once. The hand-over then ends the term at
-// its next keepalive, as an operator's does.
-func (t *Term) prefer(stop <-chan struct{}) {
+// once the term has acted for PreferAfter (after its lock-delay), looking
+// every PreferAfter/2, until ctx ends or it has asked once. The hand-over
+// then ends the term at its next keepalive, as an operator's does.
+func (t *Term) prefer(ctx context.Context) {
 	cfg := t.st.cfg
 	tick := time.NewTicker(cfg.PreferAfter / 2)
 	defer tick.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if time.Since(t.start) < cfg.PreferAfter || !t.IsLeader() {
+		if time.Since(t.start) < t.delay+cfg.PreferAfter || !t.IsLeader() {
 			continue
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
-		to, err := t.preferred(ctx)
+		read, cancel := context.WithDeadline(ctx, t.deadline())
+		to, err := t.preferred(read)
 		cancel()
 		switch {
 		case errors.Is(err, ErrNoLeader): // the term ended meanwhile
@@ -131,7 +133,8 @@ type health struct {
 // returns Run's view of it and a function that waits for the checks to
 // stop (a check that ignores its context is waited for Margin at most). A
 // check still running after Interval fails, and again every Interval
-// while it runs; a new one starts only once it has returned.
+// while it runs; its late result is not counted, and a new one starts
+// only once it has returned. A check that panics fails.
 func (e *Elector) watchHealth(ctx context.Context) (*health, func()) {
 	h := &health{e: e, changed: make(chan struct{})}
 	cfg := e.st.cfg
@@ -143,12 +146,19 @@ func (e *Elector) watchHealth(ctx context.Context) (*health, func()) {
 		tick := time.NewTicker(cfg.Interval)
 		defer tick.Stop()
 		var pending chan error // the check under way
+		var began time.Time    // when it began
+		late := false          // it has failed for not returning
 		for {
 			if pending == nil {
-				pending = make(chan error, 1)
+				pending, began, late = make(chan error, 1), time.Now(), false
 				checks.Add(1)
 				go func(done chan<- error) {
 					defer checks.Done()
+					defer func() {
+						if p := recover(); p != nil {
+							done <- fmt.Errorf("the health check panicked: %v", p)
+						}
+					}()
 					cctx, ccancel := context.WithTimeout(ctx, cfg.Interval)
 					defer ccancel()
 					done <- cfg.Health(cctx)
@@ -159,13 +169,23 @@ func (e *Elector) watchHealth(ctx context.Context) (*health, func()) {
 				return
 			case err := <-pending:
 				pending = nil
-				h.checked(err)
+				if ctx.Err() != nil {
+					return // cut short by Run's end: no verdict
+				}
+				switch {
+				case late:
+				case time.Since(began) >= cfg.Interval:
+					h.checked(fmt.Errorf("the health check returned after Interval (%v)", cfg.Interval))
+				default:
+					h.checked(err)
+				}
 				select {
 				case <-ctx.Done():
 					return
 				case <-tick.C:
 				}
 			case <-tick.C:
+				late = true
 				h.checked(fmt.Errorf("the health check has not returned within Interval (%v)", cfg.Interval))
 			}
 		}
@@ -173,6 +193,9 @@ func (e *Elector) watchHealth(ctx context.Context) (*health, func()) {
 	return h, func() {
 		cancel()
 		<-stopped
+		e.st.mu.Lock()
+		e.st.healthy = sql.NullBool{} // a later Campaign or TryRun runs no check
+		e.st.mu.Unlock()
 		waited := make(chan struct{})
 		go func() { checks.Wait(); close(waited) }()
 		select {
@@ -202,7 +225,11 @@ func (h *health) checked(err error) {
 	h.mu.Unlock()
 	e.st.cfg.Observer.healthChecked(e.st.name, now, err)
 	if now == was {
-		if err != nil {
+		switch {
+		case err != nil && !now && fails == e.st.cfg.HealthFailures:
+			// Never healthy yet: say why it does not campaign, once.
+			e.log.Warn("health check failed: not campaigning until a check passes", "err", err, "failures", fails)
+		case err != nil:
 			e.log.Debug("health check failed", "err", err, "in_a_row", fails)
 		}
 		return

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -78,6 +79,14 @@ func TestProclaim(t *testing.T) {
 		if _, err := election.New(db, "proclaim", election.Config{Value: "\x00"}); !errors.Is(err, election.ErrInvalidConfig) {
 			t.Fatalf("Config.Value with a NUL: %v, want ErrInvalidConfig", err)
 		}
+		// A claim by a version before values writes none: the last term's
+		// value is not shown as this term's.
+		if _, err := db.ExecContext(ctx, "UPDATE election_record SET value_epoch = value_epoch - 1"); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := ops.Leader(ctx); err != nil || rec.Value != "" {
+			t.Fatalf("a record whose value another term wrote: value %q, err %v; want none", rec.Value, err)
+		}
 		resignAll(t, term)
 		if err := term.Proclaim(ctx, "http://late.invalid"); !errors.Is(err, election.ErrResigned) {
 			t.Fatalf("Proclaim after Resign = %v, want ErrResigned", err)
@@ -122,9 +131,14 @@ func TestRedirectToLeader(t *testing.T) {
 		t.Fatalf("the leader's own request: %d, want next's 418", code)
 	}
 	time.Sleep(cfg.Interval) // the follower's cached read of "no leader" expires
-	res := get(follower, "/jobs/7?full=1")
-	if loc := res.Header.Get("Location"); res.StatusCode != http.StatusTemporaryRedirect || loc != "https://a.invalid:8443/api/jobs/7?full=1" {
-		t.Fatalf("a follower's request: %d to %q, want 307 to the leader's value with the path and query", res.StatusCode, loc)
+	for path, want := range map[string]string{
+		"/jobs/7?full=1":    "https://a.invalid:8443/api/jobs/7?full=1",
+		"/jobs/a%2Fb%25c/.": "https://a.invalid:8443/api/jobs/a%2Fb%25c/.", // escapes and dots as they came
+	} {
+		res := get(follower, path)
+		if loc := res.Header.Get("Location"); res.StatusCode != http.StatusTemporaryRedirect || loc != want {
+			t.Fatalf("a follower's request for %s: %d to %q, want 307 to %s", path, res.StatusCode, loc, want)
+		}
 	}
 	if err := term.Proclaim(ctx, "not a url"); err != nil {
 		t.Fatal(err)
@@ -215,9 +229,9 @@ func TestHealthyLeaders(t *testing.T) {
 		var failing atomic.Bool
 		cfg := fast
 		cfg.Strategy, cfg.Identity = s, "a"
-		cfg.Health = func(context.Context) error {
+		cfg.Health = func(ctx context.Context) error {
 			if failing.Load() {
-				return errors.New("the downstream is down")
+				<-ctx.Done() // passes, but too late
 			}
 			return nil
 		}
@@ -227,6 +241,12 @@ func TestHealthyLeaders(t *testing.T) {
 			<-ctx.Done()
 			time.Sleep(50 * time.Millisecond) // stopping takes a while
 			running.Store(false)
+			return nil
+		})
+		never := cfg
+		never.Identity, never.Health = "never", func(context.Context) error { return errors.New("never healthy") }
+		runInBackground(t, ctx, newElectorWith(t, db, "health", never), func(ctx context.Context, _ *election.Term) error {
+			t.Errorf("a candidate whose check never passed leads")
 			return nil
 		})
 		ops := newOperator(t, db, "health")
@@ -254,9 +274,7 @@ func TestHealthyLeaders(t *testing.T) {
 			}
 			return election.Candidate{}
 		}
-		if c := health(); c.Alive || c.Health != "unhealthy" {
-			t.Fatalf("a while failing: %+v, want unhealthy and not alive", c)
-		}
+		waitFor(t, "a to be listed unhealthy, not campaigning", 5*time.Second, func() bool { c := health(); return !c.Alive && c.Health == "unhealthy" })
 		if _, err := ops.Handover(ctx, "a"); !errors.Is(err, election.ErrNotCandidate) {
 			t.Fatalf("a hand-over to the unhealthy a: %v, want ErrNotCandidate", err)
 		}
@@ -278,10 +296,12 @@ func TestRollingDeploy(t *testing.T) {
 		}
 		ops := newOperator(t, db, "deploy")
 		ctx := ctxFor(t, 3*time.Minute)
-		g.Next(is("start"), 30*time.Second)
-		first, _ := ops.Leader(ctx)
-		for i := range 3 {
-			id := fmt.Sprintf("v1-%d", i)
+		first := g.Next(is("start"), 30*time.Second)
+		// The leader's instance is replaced last: a new one, preferred,
+		// must lead before it is stopped.
+		order := []string{"v1-0", "v1-1", "v1-2"}
+		order = append(slices.DeleteFunc(order, func(id string) bool { return id == first.ID }), first.ID)
+		for i, id := range order {
 			g.signal(id, syscall.SIGTERM)
 			g.Next(isFrom("exit", id), 30*time.Second)
 			g.start(fmt.Sprintf("v2-%d", i), "ELECTION_CHILD_PRIORITY=1", "ELECTION_CHILD_VERSION=v2")
@@ -302,12 +322,15 @@ func TestRollingDeploy(t *testing.T) {
 				moves = append(moves, h.Identity)
 			}
 			terms = append(terms, fmt.Sprintf("%d %s %s", h.Token, h.Identity, h.Reason))
+			if h.Reason != "" && h.Reason != "handed-over" && h.Reason != "resigned" {
+				t.Errorf("term %d of %s ended %s in a graceful deploy", h.Token, h.Identity, h.Reason)
+			}
 		}
-		t.Logf("history, newest first: %v", terms)
+		t.Logf("%d moves from %s; history, newest first: %v", len(moves), first.ID, terms)
 		if len(moves) > 3 {
 			t.Fatalf("leadership moved %d times during a rolling deploy of 3 instances: %v", len(moves), moves)
 		}
-		t.Logf("%d moves from %s: %v", len(moves), first.Identity, moves)
+		assertHistoryReason(t, ops, first.Token, "handed-over")
 		checkWrites(t, db)
 	})
 }
@@ -321,7 +344,7 @@ func TestUnhealthyProcess(t *testing.T) {
 		db, g := writingGroup(t, s, "health", 0)
 		flag := filepath.Join(t.TempDir(), "unhealthy")
 		for _, id := range []string{"proc-0", "proc-1"} {
-			g.start(id, "ELECTION_CHILD_UNHEALTHY_IF="+flag+"-"+id)
+			g.start(id, "ELECTION_CHILD_UNHEALTHY_IF="+flag+"-"+id, "ELECTION_CHILD_PRIORITY=0") // equals, PreferAfter set
 		}
 		ops := newOperator(t, db, "health")
 		ctx := ctxFor(t, 2*time.Minute)

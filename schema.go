@@ -95,6 +95,7 @@ func ddl(t tables) []string {
 			"  handover_until DATETIME(6) NULL,\n" +
 			"  " + delayColumn + ",\n" +
 			"  " + valueColumn + ",\n" +
+			"  " + valueEpochColumn + ",\n" +
 			"  PRIMARY KEY (lock_name)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
@@ -154,18 +155,20 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //     is over, on the database clock; every term until then owes it too
 //     (docs/protocol.md, "Campaign");
 //   - valueColumn, the record's and the candidate's: the value the leader
-//     proclaims (Config.Value);
+//     proclaims (Config.Value), and valueEpochColumn, the record's: the
+//     term that wrote it;
 //   - priorityColumn, versionColumn, healthyColumn and waitingColumn, the
 //     candidate's: its Priority and Version, its health (NULL when it runs
 //     no check) and when its campaign began (Config.PreferAfter).
 const (
-	serverColumn   = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
-	delayColumn    = "delay_until    DATETIME(6) NULL"
-	valueColumn    = "value          VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"
-	priorityColumn = "priority       INT NOT NULL DEFAULT 0"
-	versionColumn  = "version        VARCHAR(64) CHARACTER SET utf8mb4 NULL"
-	healthyColumn  = "healthy        BOOLEAN NULL"
-	waitingColumn  = "waiting_since  DATETIME(6) NULL"
+	serverColumn     = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
+	delayColumn      = "delay_until    DATETIME(6) NULL"
+	valueColumn      = "value          VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"
+	priorityColumn   = "priority       INT NOT NULL DEFAULT 0"
+	versionColumn    = "version        VARCHAR(64) CHARACTER SET utf8mb4 NULL"
+	healthyColumn    = "healthy        BOOLEAN NULL"
+	waitingColumn    = "waiting_since  DATETIME(6) NULL"
+	valueEpochColumn = "value_epoch    BIGINT UNSIGNED NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -178,6 +181,7 @@ func (t tables) added() []column {
 		{t.term, "server", "ALTER TABLE `" + t.term + "` ADD COLUMN " + serverColumn + " AFTER pid"},
 		{t.record, "delay_until", "ALTER TABLE `" + t.record + "` ADD COLUMN " + delayColumn + " AFTER handover_until"},
 		{t.record, "value", "ALTER TABLE `" + t.record + "` ADD COLUMN " + valueColumn + " AFTER delay_until"},
+		{t.record, "value_epoch", "ALTER TABLE `" + t.record + "` ADD COLUMN " + valueEpochColumn + " AFTER value"},
 		{t.candidate, "value", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + valueColumn + " AFTER expiry_us"},
 		{t.candidate, "priority", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + priorityColumn + " AFTER value"},
 		{t.candidate, "version", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + versionColumn + " AFTER priority"},

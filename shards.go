@@ -72,6 +72,11 @@ func NewShards(db *sql.DB, group string, n int, cfg Config) (*Shards, error) {
 		return nil, fmt.Errorf("%w: the group name is empty: give the group a stable name such as \"orders\"", ErrInvalidConfig)
 	case n < 1 || n > maxShards:
 		return nil, fmt.Errorf("%w: a group has 1 to %d shards, not %d", ErrInvalidConfig, maxShards, n)
+	case cfg.PreferAfter != 0:
+		// Preferred leaders would undo the spread's hand-overs, and it theirs.
+		return nil, fmt.Errorf("%w: PreferAfter is not for shards: the members even the spread out by hand-over, which preferred leaders would undo; leave it unset", ErrInvalidConfig)
+	case cfg.Health != nil:
+		return nil, fmt.Errorf("%w: Config.Health is not for shards yet (every shard would run the check); leave it unset and stop the member (Shards.Run's context) when its dependencies fail", ErrInvalidConfig)
 	case db != nil && cfg.OwnSession && cfg.Strategy != LeaseRow && db.Stats().MaxOpenConnections > 0 && db.Stats().MaxOpenConnections <= n:
 		// Every shard would pin one, and the campaigns wait for a free one forever.
 		return nil, fmt.Errorf("%w: OwnSession pins a session per shard, and db allows %d open connections for %d shards: call db.SetMaxOpenConns above %d (or 0), or leave OwnSession unset so that the shards share sessions",

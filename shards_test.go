@@ -63,6 +63,11 @@ func TestNewShardsRefusesBadInput(t *testing.T) {
 			t.Errorf("NewShards(%q, %d, OwnSession %v): %v; want ErrInvalidConfig saying %q", c.group, c.n, c.own, err, c.says)
 		}
 	}
+	for _, cfg := range []election.Config{{PreferAfter: time.Minute}, {Health: func(context.Context) error { return nil }}} {
+		if _, err := election.NewShards(db, "orders", 8, cfg); !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), "not for shards") {
+			t.Errorf("NewShards with PreferAfter or Health: %v; want ErrInvalidConfig saying it is not for shards", err)
+		}
+	}
 	db.SetMaxOpenConns(9)
 	if _, err := election.NewShards(db, "orders", 8, election.Config{OwnSession: true}); err != nil {
 		t.Errorf("NewShards of 8 shards with OwnSession on a pool of 9: %v", err)

@@ -190,8 +190,8 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 	v := s.values(p, claimed, delay)
 	if !p.exists {
 		_, err := q.ExecContext(ctx, "INSERT INTO `"+s.st.tbl.record+"` "+
-			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, since, renewed_at) "+
-			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value}, ", ")+
+			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, value_epoch, since, renewed_at) "+
+			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value, v.epoch}, ", ")+
 			", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
 			return 0, errRaced
@@ -285,7 +285,7 @@ func (s termStart) set(v claimValues, join string) string {
 	return "UPDATE `" + s.st.tbl.record + "` r " + join + " SET r.name = " + v.name + ", r.strategy = " + v.strategy + ", r.epoch = " + v.epoch +
 		", r.state = " + literal(stateLeading) + ", r.holder = " + v.identity + ", r.host = " + v.host + ", r.pid = " + v.pid +
 		", r.conn_id = " + v.session + ", r.lease_us = " + v.leaseUS + ", r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), " +
-		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil + ", r.value = " + v.value
+		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil + ", r.value = " + v.value + ", r.value_epoch = " + v.epoch
 }
 
 // unchanged is the claim's condition: the record as read, the term it
@@ -332,7 +332,7 @@ type opening struct {
 // startBatch and startBytes bound a batch, and so its statements' size,
 // well below the smallest max_allowed_packet a server here starts with
 // (4 MiB, MySQL 5.7): an election's row is a few hundred bytes, plus its
-// name and identity, which may be long.
+// name, identity and value, which may be long.
 const (
 	startBatch = 1000
 	startBytes = 1 << 20
@@ -401,7 +401,7 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 		var batch []*opening
 		in, size := map[string]bool{}, 0
 		for _, q := range b.queue {
-			n := 300 + 2*(len(q.s.st.name)+len(q.s.st.cfg.Identity)) // hex
+			n := 300 + 2*(len(q.s.st.name)+len(q.s.st.cfg.Identity)+len(q.s.st.proclaimed())) // hex
 			if in[q.s.lock] || len(batch) == startBatch || len(batch) > 0 && size+n > startBytes {
 				continue
 			}

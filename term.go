@@ -44,8 +44,9 @@ type won struct {
 // when its context is cancelled. Its token is higher than that of every
 // earlier term of the election.
 //
-// When a term ends because an operator demoted it (Err is ErrDemoted), its
-// context is cancelled at once but the lock is kept until Resign is called,
+// When a term ends because an operator demoted it (Err is ErrDemoted), or
+// Run found it unhealthy (ErrUnhealthy), its context is cancelled at once
+// but the lock is kept until Resign is called,
 // or the lease runs out, so that the next leader starts only after this
 // one's code has stopped: call Resign when the work has stopped (Run does).
 type Term struct {
@@ -53,8 +54,9 @@ type Term struct {
 	log   *slog.Logger
 	h     holder
 	token uint64
-	start time.Time // local, when the term began
-	onEnd func()    // called once the hold is gone for sure
+	start time.Time     // local, when the term began
+	delay time.Duration // the lock-delay it waits out before it acts
+	onEnd func()        // called once the hold is gone for sure
 
 	p    predecessor // the last term, as the start read it, for begin
 	kept keptSession // for Fenced; dropped when the keepalive loop ends
@@ -77,7 +79,7 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 	ctx, cancel := context.WithCancelCause(parent)
 	_, shared := w.h.(*sharedCandidate)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), onEnd: onEnd, p: w.p, kept: keptSession{st: st, none: shared},
+		st: st, h: w.h, token: w.token, start: time.Now(), delay: w.delay, onEnd: onEnd, p: w.p, kept: keptSession{st: st, none: shared},
 		log:    log.With("token", w.token),
 		parent: parent, ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
@@ -205,11 +207,12 @@ func (t *Term) keep() {
 		defer close(began)
 		t.begin()
 	}()
-	stop, preferred := make(chan struct{}), make(chan struct{})
+	preferCtx, stopPrefer := context.WithCancel(context.Background())
+	preferred := make(chan struct{})
 	go func() {
 		defer close(preferred)
 		if t.st.cfg.PreferAfter > 0 {
-			t.prefer(stop)
+			t.prefer(preferCtx)
 		}
 	}()
 	for {
@@ -224,9 +227,9 @@ func (t *Term) keep() {
 		}
 		break
 	}
-	close(stop)
-	<-preferred // its statements are bounded by the lease
-	<-began     // its history row, before the end is written into it
+	stopPrefer()
+	<-preferred
+	<-began // its history row, before the end is written into it
 	// Before finish, whose record of a lost term goes through the pool.
 	t.kept.close()
 	t.finish()

@@ -23,7 +23,9 @@ type Event struct {
 	// database clock; zero when the election has had no term.
 	At time.Time
 	// Value is what the leader proclaims (Config.Value), in Leading
-	// events; empty for a term that had ended before Watch read it.
+	// events; empty for a term that had ended before Watch read it, and
+	// for one whose start Watch read before its record (another Leading
+	// event of the term then brings the value).
 	Value string
 }
 
