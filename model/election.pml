@@ -520,10 +520,11 @@ proctype Env() {
 #endif
 #if defined(DEMOTE) || defined(PREFER)
 #ifdef PREFER
-	/* Term.prefer asks through store.request too, whose UPDATE wants only the
-	 * record leading: here any number of times, at any moment, even over a
-	 * pending demotion (which it then restarts), a superset of Term.prefer
-	 * (at most once a term, while IsLeader) and of the operator's */
+	/* Term.prefer asks through store.request too, whose UPDATE for a policy
+	 * wants the record leading and no request pending: here any number of
+	 * times, at any moment, even over a pending demotion (which it then
+	 * restarts), a superset of Term.prefer (at most once a term, while
+	 * IsLeader) and of the operator's */
 #define REQUESTED (srv != DOWN && rstate == LEADING)
 #else
 	/* Operator.Demote, Operator.Handover: Operator.request, on a record that is Leading */
