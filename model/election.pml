@@ -527,7 +527,7 @@ proctype Env() {
 	 * IsLeader) and of the operator's */
 #define REQUESTED (srv != DOWN && rstate == LEADING)
 #else
-	/* Operator.Demote, Operator.Handover: Operator.request, on a record that is Leading */
+	/* Operator.Demote, Operator.Handover: store.request, on a record that is Leading */
 #define REQUESTED (!ndemote && srv != DOWN && rstate == LEADING && renew_age < STALE && HOLDS)
 #endif
 	:: d_step { REQUESTED ->
