@@ -103,10 +103,12 @@ type Config struct {
 	// running slow and the time its code takes to stop after its context is
 	// cancelled.
 	Margin time.Duration
-	// CheckInterval is how often the deputy, the one waiting candidate that
-	// watches the leader for the others (GetLock), looks for a leader that
-	// hangs or ignores a demotion, and how often a LeaseRow candidate tries
-	// the lease. Other GetLock waiters send nothing while they wait: they
+	// CheckInterval is the shortest wait of the deputy, the one waiting
+	// candidate that watches the leader for the others (GetLock), between
+	// two looks for a leader that hangs or ignores a demotion (it looks
+	// when the leader it read could first be overdue: about every Lease +
+	// Margin while one leads), and how often a LeaseRow candidate tries the
+	// lease. Other GetLock waiters send nothing while they wait: they
 	// block in GET_LOCK for up to an hour at a time. A DSN readTimeout
 	// shorter than these waits cuts them, as it cuts any statement that
 	// runs longer: a GetLock candidate learns it from the first two waits

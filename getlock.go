@@ -18,8 +18,9 @@ import (
 // next waiter the moment the holder's session ends.
 //
 // Waiting is silent: one waiting candidate, the deputy (the holder of the
-// deputy lock), waits for the election's lock C at a time and reads the
-// record in between, to kill a leader that hangs or ignores a demotion;
+// deputy lock), waits for the election's lock and reads the record in
+// between, to kill a leader that hangs or ignores a demotion: each wait
+// lasts until the leader it read could first be overdue (see watchFor);
 // every other candidate blocks on the deputy lock and becomes the deputy
 // when the server grants it. A candidate's liveness is its candidate lock,
 // which its session holds (see candidateLock). See docs/protocol.md,
@@ -99,8 +100,9 @@ type pinned struct {
 	conn   *sql.Conn
 	id     uint64 // CONNECTION_ID()
 	lock   string
-	deputy bool // the session holds the deputy lock
-	queued bool // the session has queued for the deputy lock
+	deputy bool          // the session holds the deputy lock
+	queued bool          // the session has queued for the deputy lock
+	watch  time.Duration // the deputy's next wait for the election's lock
 	seen   leaderSeen
 	token  uint64
 	row    presence
@@ -228,10 +230,10 @@ func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 		if err != nil || !got {
 			return false, err
 		}
-		s.deputy = true
-		s.g.log.Debug("waiting: became the deputy, which watches the leader every CheckInterval", "check_interval", s.g.st.cfg.CheckInterval.String())
+		s.deputy, s.watch = true, s.g.st.cfg.CheckInterval
+		s.g.log.Debug("waiting: became the deputy, which watches the leader", "check_interval", s.g.st.cfg.CheckInterval.String())
 	}
-	return s.getLock(ctx, s.lock, s.g.st.cfg.CheckInterval)
+	return s.getLock(ctx, s.lock, s.watch)
 }
 
 // getLock runs GET_LOCK(name, wait) on the session, the wait shortened to
@@ -273,6 +275,7 @@ func (s *pinned) contend(ctx context.Context) error {
 	}
 	st := s.g.st
 	rec, err := st.record(ctx, s.conn, s.lock)
+	s.watch = st.cfg.CheckInterval
 	if errors.Is(err, ErrNoLeader) {
 		return nil
 	}
@@ -284,6 +287,7 @@ func (s *pinned) contend(ctx context.Context) error {
 	}
 	why := rec.overdue()
 	if why == "" {
+		s.watch = watchFor(rec, st.cfg)
 		return nil
 	}
 	s.g.log.Debug("the leader is overdue; killing its session", "reason", why, "leader", rec.Identity, "token", rec.Token,
@@ -295,6 +299,25 @@ func (s *pinned) contend(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// watchFor is how long the deputy may wait for the lock after reading rec,
+// in which nobody is overdue: until the leader rec names could first be
+// (Record.overdue), so that it is killed as soon as it would be by a
+// deputy that read every CheckInterval, and at least CheckInterval. A
+// later term renews after rec's, so with this candidate's lease and margin
+// it cannot be overdue sooner; one with shorter ones may be killed that
+// much later, never sooner. With no leader holding the lock as recorded (a
+// winner between its GET_LOCK and its claim), CheckInterval.
+func watchFor(rec Record, cfg Config) time.Duration {
+	if rec.State != stateLeading || rec.Strategy != GetLock.String() || !rec.holds() {
+		return cfg.CheckInterval
+	}
+	until := min(rec.Expiry-rec.RenewedAgo, cfg.Lease+cfg.Margin)
+	if rec.demoted {
+		until = min(until, rec.Expiry-rec.DemotedAgo)
+	}
+	return max(until, cfg.CheckInterval)
 }
 
 // startTerm opens the term in two statements on the pinned session; see

@@ -427,13 +427,29 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 		t.Fatalf("queued waiters sent statements: sessions and query ids %v, then %v", before, after)
 	}
 
-	// The deputy is the one waiter not queued; kill its session.
+	// The deputy is the one waiter not queued. It reads the record when the
+	// leader could first be overdue, not every check interval: over 40 of
+	// them (4 s, the lease plus margin twice) it starts a few waits (the
+	// server's query id of its session changes with each), not 40.
 	var deputy int64
 	waitFor(t, "the deputy to wait for the election's lock", 20*time.Second, func() bool {
 		err := admin.QueryRowContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'SELECT GET_LOCK(%' "+
 			"AND INFO NOT LIKE '%/deputy%' AND INFO NOT LIKE '%election-candidate/%'", dbName).Scan(&deputy)
 		return err == nil
 	})
+	waits := map[int64]bool{}
+	for end := time.Now().Add(40 * fast.Interval); time.Now().Before(end); time.Sleep(fast.Interval / 4) {
+		var q int64
+		if err := admin.QueryRowContext(ctx, "SELECT QUERY_ID FROM information_schema.PROCESSLIST WHERE ID = ?", deputy).Scan(&q); err != nil {
+			t.Fatal(err)
+		}
+		waits[q] = true
+	}
+	if len(waits) > 6 {
+		t.Fatalf("the deputy started %d waits in 40 check intervals, want a few (one per lease plus margin)", len(waits))
+	}
+
+	// Kill the deputy's session.
 	if _, err := admin.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", deputy)); err != nil {
 		t.Fatal(err)
 	}
