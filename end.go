@@ -28,6 +28,11 @@ const (
 	stateLost         = "lost"          // ended without saying why (crash, outside kill)
 )
 
+// gracefulEnds are the ends a leader chose or was asked for and made
+// itself, its code stopped before it released the election: they owe the
+// next term no lock-delay (Record.lockDelay).
+var gracefulEnds = []string{stateResigned, stateDemoted, stateHandedOver, stateUnhealthy}
+
 // ending is how a term ended: why, and when it stopped acting, on the local
 // monotonic clock. The row gets that moment on the database clock, however
 // late it is written.

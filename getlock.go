@@ -103,10 +103,15 @@ type pinned struct {
 	deputy bool          // the session holds the deputy lock
 	queued bool          // the session has queued for the deputy lock
 	watch  time.Duration // the deputy's next wait for the election's lock
-	seen   leaderSeen
-	token  uint64
-	row    presence
-	share  *sessionShare // counts the session as its own, once the term began
+	// looked is the deputy's last look at the leader, taken at lookedAt
+	// (zero: none to start on), for a term start in one statement
+	// (termStart.openOn).
+	looked   predecessor
+	lookedAt time.Time
+	seen     leaderSeen
+	token    uint64
+	row      presence
+	share    *sessionShare // counts the session as its own, once the term began
 }
 
 // deputyLock is the lock whose holder watches the leader for the waiters.
@@ -274,20 +279,19 @@ func (s *pinned) contend(ctx context.Context) error {
 		return nil
 	}
 	st := s.g.st
-	rec, err := st.record(ctx, s.conn, s.lock)
-	s.watch = st.cfg.CheckInterval
-	if errors.Is(err, ErrNoLeader) {
-		return nil
-	}
-	if err != nil {
+	p, err := termStart{st, s.lock, s.id}.read(ctx, s.conn)
+	s.watch, s.lookedAt = st.cfg.CheckInterval, time.Time{}
+	if err != nil || !p.exists {
 		return err
 	}
+	rec := p.rec
 	if rec.Leading() {
 		s.seen.see(s.g.log, rec.Identity, rec.Token)
 	}
 	why := rec.overdue()
 	if why == "" {
 		s.watch = watchFor(rec, st.cfg)
+		s.looked, s.lookedAt = p, time.Now()
 		return nil
 	}
 	s.g.log.Debug("the leader is overdue; killing its session", "reason", why, "leader", rec.Identity, "token", rec.Token,
@@ -320,14 +324,28 @@ func watchFor(rec Record, cfg Config) time.Duration {
 	return max(until, cfg.CheckInterval)
 }
 
-// startTerm opens the term in two statements on the pinned session; see
-// termStart.open. GET_LOCK is held, so the election is always free to take.
+// startTerm opens the term on the pinned session: in one statement on the
+// deputy's last look at the leader where that still holds (see
+// termStart.openOn), else in two; see termStart.open. GET_LOCK is held, so
+// the election is always free to take.
 func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
 	// Bounded as a lease's try is: the lock is won, but a start sent into a
 	// network partition would otherwise wait for the caller's context.
 	ctx, cancel := context.WithTimeout(ctx, s.g.st.cfg.tryLimit())
 	defer cancel()
-	token, delay, p, err := termStart{s.g.st, s.lock, s.id}.open(ctx, s.conn)
+	start := termStart{s.g.st, s.lock, s.id}
+	if looked := s.lookedAt; !looked.IsZero() {
+		s.lookedAt = time.Time{}
+		token, p, err := start.openOn(ctx, s.conn, s.looked, time.Since(looked))
+		if err == nil {
+			s.token = token
+			return 0, p, nil
+		}
+		if !errors.Is(err, errRaced) {
+			return 0, p, err
+		}
+	}
+	token, delay, p, err := start.open(ctx, s.conn)
 	if err != nil {
 		return 0, p, err
 	}

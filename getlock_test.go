@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -506,6 +507,86 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	r := await(t, got, 20*time.Second)
 	assertTokenAfter(t, r.term.Token(), tl.Token())
 	assertHistoryReason(t, ops, tl.Token(), "hang-killed")
+}
+
+// A deputy that has looked at the leader starts its term in one statement
+// once the lock is its own: the claim, with no read between the GET_LOCK
+// that won and it, after the leader's session was killed (the leader's
+// term still leading in the record) and after a resignation (ended
+// gracefully); the tokens grow and the history tells both ends.
+func TestTermStartsInOneStatementAfterTheWake(t *testing.T) {
+	needGetLock(t)
+	t.Parallel()
+	db, _ := newDB(t)
+	dbName := dbNameOf(t, db)
+	ctx := ctxFor(t, time.Minute)
+	admin := server.Open(t, "")
+	ops := newOperator(t, db, "onestatement")
+	// Each candidate's statements, as its fault proxy passes them on.
+	sent := func() (*sql.DB, func() []string) {
+		pool, proxy := viaProxy(t, dbName)
+		var mu sync.Mutex
+		var stmts []string
+		proxy.BlackholeAt(func(chunk []byte) bool { // a trigger that never fires
+			if len(chunk) > 5 && chunk[4] == 0x03 { // COM_QUERY
+				mu.Lock()
+				stmts = append(stmts, string(chunk[5:]))
+				mu.Unlock()
+			}
+			return false
+		})
+		return pool, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(stmts) }
+	}
+	looks := func(stmts []string) int { // reads of the record as a term start or the deputy makes them
+		n := 0
+		for _, q := range stmts {
+			if strings.Contains(q, "FROM (SELECT 1) d LEFT JOIN `election_record` r") {
+				n++
+			}
+		}
+		return n
+	}
+	startedAlone := func(who string, stmts []string) {
+		t.Helper()
+		claim := -1
+		for i, q := range stmts {
+			if strings.HasPrefix(q, "UPDATE `election_record` r JOIN `election_epoch` e") {
+				claim = i
+			}
+		}
+		if claim < 1 || !strings.HasPrefix(stmts[claim-1], "SELECT GET_LOCK(") || strings.Contains(stmts[claim-1], "/deputy") {
+			t.Fatalf("%s's term did not start with the claim right after the GET_LOCK that won; its last statements:\n%s",
+				who, strings.Join(stmts[max(0, claim-3):claim+1], "\n"))
+		}
+	}
+	dbA, sentA := sent()
+	dbB, sentB := sent()
+	a := newElector(t, election.GetLock, dbA, "onestatement", "a")
+	b := newElector(t, election.GetLock, dbB, "onestatement", "b")
+	ta := await(t, campaign(ctx, a), 10*time.Second).term
+	rb := campaign(ctx, b)
+	waitFor(t, "b to look at the leader as the deputy", 20*time.Second, func() bool { return looks(sentB()) > 0 })
+	rec, err := ops.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, fmt.Sprint("KILL CONNECTION ", rec.ConnID)); err != nil {
+		t.Fatal(err)
+	}
+	tb := await(t, rb, 20*time.Second).term
+	startedAlone("b", sentB())
+	assertTokenAfter(t, tb.Token(), ta.Token())
+
+	resignAll(t, ta) // returns once its end is written and a is free
+	before := looks(sentA())
+	ra := campaign(ctx, a)
+	waitFor(t, "a to look at the leader as the deputy", 20*time.Second, func() bool { return looks(sentA()) > before })
+	resignAll(t, tb)
+	ta2 := await(t, ra, 20*time.Second).term
+	defer resignAll(t, ta2)
+	startedAlone("a", sentA())
+	assertTokenAfter(t, ta2.Token(), tb.Token())
+	assertHistoryReason(t, ops, tb.Token(), "resigned")
 }
 
 // liveCandidates returns the identities the election lists as alive.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,14 +185,12 @@ func (r Record) overdue() string {
 // forced out (asked to step down, or killed as stuck) that did not end
 // gracefully may act until its lease has certainly expired.
 func (r Record) lockDelay() time.Duration {
-	switch r.State {
-	case stateResigned, stateDemoted, stateHandedOver, stateUnhealthy:
+	switch {
+	case slices.Contains(gracefulEnds, r.State):
 		return 0
-	case stateHangKilled, stateDemoteKilled:
-	default:
-		if !r.demoted {
-			return 0
-		}
+	case r.State == stateHangKilled, r.State == stateDemoteKilled:
+	case !r.demoted:
+		return 0
 	}
 	return max(r.Expiry-r.RenewedAgo, 0)
 }

@@ -202,25 +202,11 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 		return s.bump(ctx, q, claimed)
 	}
 	where := s.unchanged(v)
-	res, err := q.ExecContext(ctx, s.set(v, "JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
-		", e.epoch = LAST_INSERT_ID("+bumped("e.epoch", v.epoch)+")"+where)
-	if err != nil {
-		return 0, during("starting the term", schemaError(s.st.tbl, err))
-	}
-	if n, err := res.RowsAffected(); err == nil && n == 2 {
-		id, err := res.LastInsertId()
-		if err == nil && uint64(id) < claimed {
-			// The bump's value never comes back lower; a server or proxy
-			// that drops it from the OK packet must not make a token of 0.
-			err = fmt.Errorf("the server returned %d as the new epoch, below %d", id, claimed)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("election: starting the term: %w", err)
-		}
-		return s.follow(ctx, q, claimed, uint64(id))
+	if token, ok, err := s.claimBumped(ctx, q, v, claimed, where); ok || err != nil {
+		return token, err
 	}
 	// Lost a race, or there is no epoch row: the claim alone tells which.
-	res, err = q.ExecContext(ctx, s.set(v, "")+where)
+	res, err := q.ExecContext(ctx, s.set(v, "")+where)
 	if err != nil {
 		return 0, during("writing the record", schemaError(s.st.tbl, err))
 	}
@@ -228,6 +214,66 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 		return 0, errRaced
 	}
 	return s.bump(ctx, q, claimed)
+}
+
+// claimBumped makes the claim v at claimed where the record matches where
+// (SQL), with the epoch's bump in the same statement, and returns the
+// token; ok is false if it changed nothing: a race lost, or no epoch row.
+func (s termStart) claimBumped(ctx context.Context, q querier, v claimValues, claimed uint64, where string) (token uint64, ok bool, err error) {
+	res, err := q.ExecContext(ctx, s.set(v, "JOIN `"+s.st.tbl.epoch+"` e ON e.lock_name = r.lock_name")+
+		", e.epoch = LAST_INSERT_ID("+bumped("e.epoch", v.epoch)+")"+where)
+	if err != nil {
+		return 0, false, during("starting the term", schemaError(s.st.tbl, err))
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 2 {
+		return 0, false, nil
+	}
+	id, err := res.LastInsertId()
+	if err == nil && uint64(id) < claimed {
+		// The bump's value never comes back lower; a server or proxy
+		// that drops it from the OK packet must not make a token of 0.
+		err = fmt.Errorf("the server returned %d as the new epoch, below %d", id, claimed)
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("election: starting the term: %w", err)
+	}
+	token, err = s.follow(ctx, q, claimed, uint64(id))
+	return token, true, err
+}
+
+// openOn starts the term in one statement, the claim with the bump, on p:
+// the deputy's last look at the leader (pinned.contend), age ago on the
+// same session, instead of a read after the lock was won. It applies when
+// p's term was leading, not asked to step down, and owed and carried no
+// lock-delay, so that decide gave (0, nil); the claim (continued) then
+// takes the record only if that term is still there and either still
+// leading, not asked to step down and renewed within its lease plus
+// margin, or ended gracefully with its history row ended, and no delay
+// is carried and no hand-over pending: a record on which decide gives
+// (0, nil) again, and a read now would show the term acting until now.
+// Otherwise it returns errRaced, and the caller reads (open). The clock
+// the token must reach (next) is p's, moved on by age.
+func (s termStart) openOn(ctx context.Context, q querier, p predecessor, age time.Duration) (uint64, predecessor, error) {
+	if delay, err := s.decide(p); err != nil || delay > 0 || !p.exists || p.rec.State != stateLeading || p.rec.demoted {
+		return 0, p, errRaced
+	}
+	p.nowUS += uint64(age.Microseconds())
+	p.rec.Renewed = p.now() // it acted until now, for its history (lastActed)
+	claimed := p.next()
+	v := s.values(p, claimed, 0)
+	token, ok, err := s.claimBumped(ctx, q, v, claimed, s.continued(v))
+	if conflict(err) || err == nil && !ok {
+		err = errRaced
+	}
+	return token, p, err
+}
+
+// continued is openOn's condition on the record as r: see there.
+func (s termStart) continued(v claimValues) string {
+	return " WHERE r.lock_name = " + v.lock + " AND r.epoch = " + v.token + " AND (" +
+		"CAST(r.state AS BINARY) = CAST(" + literal(stateLeading) + " AS BINARY) AND NOT (r.demote_epoch <=> r.epoch) AND " + ageMicros("r.renewed_at") + " <= r.lease_us" +
+		" OR r.state IN (" + literals(gracefulEnds) + ") AND EXISTS (SELECT 1 FROM `" + s.st.tbl.term + "` t WHERE t.lock_name = r.lock_name AND t.epoch = r.epoch AND t.ended_at IS NOT NULL))" +
+		" AND (r.delay_until IS NULL OR r.delay_until <= UTC_TIMESTAMP(6)) AND NOT (" + handingOver(s.st.tbl, "r", v.identity) + ")" + s.holding("r", v.session)
 }
 
 // claimValues is what a claim writes and what it compares the record

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -276,7 +277,7 @@ func (t *Term) finish() {
 	reason := context.Cause(t.ctx)
 	end := ending{why: t.why(reason), at: time.Now()}
 	var err error
-	if end.why == stateResigned || end.why == stateDemoted || end.why == stateHandedOver || end.why == stateUnhealthy {
+	if slices.Contains(gracefulEnds, end.why) {
 		if end.why != stateResigned {
 			// The leader did not choose this end: its code gets until Resign
 			// (Run calls it once fn has returned), within the lease, to stop
