@@ -249,8 +249,10 @@ func (s termStart) claimBumped(ctx context.Context, q querier, v claimValues, cl
 // takes the record only if that term is still there and either still
 // leading, not asked to step down and renewed within its lease plus
 // margin, or ended gracefully with its history row ended, and no delay
-// is carried and no hand-over pending: a record on which decide gives
-// (0, nil) again, and a read now would show the term acting until now.
+// is carried and no hand-over asked for (to anyone: a hand-over is not
+// the path to make fast, and the check of its target's life is not
+// cheap): a record on which decide gives (0, nil) again, and a read now
+// would show the term acting until now.
 // Otherwise it returns errRaced, and the caller reads (open). The clock
 // the token must reach (next) is p's, moved on by age.
 func (s termStart) openOn(ctx context.Context, q querier, p predecessor, age time.Duration) (uint64, predecessor, error) {
@@ -273,7 +275,7 @@ func (s termStart) continued(v claimValues) string {
 	return " WHERE r.lock_name = " + v.lock + " AND r.epoch = " + v.token + " AND (" +
 		"CAST(r.state AS BINARY) = CAST(" + literal(stateLeading) + " AS BINARY) AND NOT (r.demote_epoch <=> r.epoch) AND " + ageMicros("r.renewed_at") + " <= r.lease_us" +
 		" OR r.state IN (" + literals(gracefulEnds) + ") AND EXISTS (SELECT 1 FROM `" + s.st.tbl.term + "` t WHERE t.lock_name = r.lock_name AND t.epoch = r.epoch AND t.ended_at IS NOT NULL))" +
-		" AND (r.delay_until IS NULL OR r.delay_until <= UTC_TIMESTAMP(6)) AND NOT (" + handingOver(s.st.tbl, "r", v.identity) + ")" + s.holding("r", v.session)
+		" AND (r.delay_until IS NULL OR r.delay_until <= UTC_TIMESTAMP(6)) AND r.handover_to IS NULL" + s.holding("r", v.session)
 }
 
 // claimValues is what a claim writes and what it compares the record
