@@ -7,6 +7,9 @@
 # module tidy, and go vet, with the installed Go and with the oldest Go
 # supported (go.mod's go line; fetched through the module proxy), and the
 # protocol's SPIN model (scripts/spin.sh, which installs spin if needed).
+# The suite runs with the etcd server and electbench-etcd built for
+# electbench's etcd contenders (scripts/etcd.sh; their module,
+# cmd/electbench/etcd, is outside go.work and vetted here on its own).
 # Last, the root package's suite again against a private TiDB, built once
 # from the module proxy (scripts/tidb.sh); skipped, saying why, when it
 # cannot be built.
@@ -14,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/mariadb.sh
 . scripts/tidb.sh
+. scripts/etcd.sh
 # Every module of the workspace (go.work). "./..." would stop at the nested
 # modules (electionprom, electionotel, electiongocron, cmd/electbench,
 # internal/mysqltest/docker), even in workspace mode; the module path pattern
@@ -26,10 +30,12 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 scripts/lean.sh
-for dir in $(go list -m -f '{{.Dir}}'); do
+# Every module tidy: the workspace's, and electbench-etcd's outside it.
+for dir in $(go list -m -f '{{.Dir}}') cmd/electbench/etcd; do
   (cd "$dir" && GOWORK=off go mod tidy -diff) || { echo "go mod tidy would change $dir (diff above)" >&2; exit 1; }
 done
 go vet "$pkgs"
+(cd cmd/electbench/etcd && GOWORK=off go vet ./...)
 echo "build and vet with $oldest:"
 GOTOOLCHAIN=$oldest go version
 GOTOOLCHAIN=$oldest go build "$pkgs"
@@ -37,6 +43,7 @@ GOTOOLCHAIN=$oldest go vet "$pkgs"
 bash scripts/spin.sh
 ensure_mariadb
 ensure_galera
+ensure_etcd
 go test -race -count=1 -timeout 20m "$@" "$pkgs"
 if ensure_tidb; then
   echo "the root package's suite against TiDB ($ELECTION_TIDB_SERVER):"

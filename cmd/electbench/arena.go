@@ -44,11 +44,15 @@ type arenaSpec struct {
 	// cluster, if set, is the Galera cluster behind srv (its HAProxy):
 	// candidate i connects to node i mod 3, and the node faults hit it.
 	cluster *galeratest.Cluster
+	// etcdBins run the etcd contenders, whose arena starts an etcd of its
+	// own instead of using srv: candidate i connects to node i mod its
+	// nodes.
+	etcdBins etcdBinaries
 }
 
 // arena runs the candidates of one contender: one process per candidate,
-// and, if isolated, one database user and one fault proxy per candidate, so
-// that a fault hits the leader alone.
+// and, if isolated, one database user (but for etcd) and one fault proxy
+// per candidate, so that a fault hits the leader alone.
 type arena struct {
 	arenaSpec
 	isolated bool
@@ -60,6 +64,9 @@ type arena struct {
 	// cluster's nodes), nodeAdmins root pools on each.
 	nodes      []*mysqltest.Server
 	nodeAdmins []*sql.DB
+	// etcd is the private etcd of an etcd contender; srv, db, admin and
+	// nodes are then unset.
+	etcd *etcdCluster
 
 	mu      sync.Mutex
 	procs   map[string]*proc
@@ -73,50 +80,33 @@ type arena struct {
 // candidate killed by a fault comes back the same.
 type proc struct {
 	id      string
-	index   int // in the order made
-	node    int // its server, in arena.nodes
-	user    string
+	index   int               // in the order made
+	node    int               // its server, in arena.nodes or arena.etcd.nodes
+	user    string            // its database user (MySQL)
 	proxy   *faultproxy.Proxy // nil unless the arena is isolated
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser // arms and springs the candidate's trap
 	drained chan struct{}  // closed once cmd's output has been read to its end
 }
 
-// newArena creates the contender's database and starts the spec's
-// candidates.
+// newArena creates the contender's database on srv, or for etcd starts
+// its etcd, and starts the spec's candidates.
 func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*arena, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), srv: srv, self: self,
-		db: "bench_" + strings.ReplaceAll(spec.contender, "-", "_"), procs: map[string]*proc{}, events: make(chan event, 1<<16)}
-	if err := a.createDatabase(ctx); err != nil {
-		return nil, err
-	}
-	cfg := srv.Config(a.db)
-	a.nodes = []*mysqltest.Server{srv}
-	if spec.cluster != nil {
-		// Reads that see every write the cluster committed before them.
-		cfg.Params = map[string]string{"wsrep_sync_wait": "15"}
-		a.nodes = []*mysqltest.Server{spec.cluster.Node(1), spec.cluster.Node(2), spec.cluster.Node(3)}
-	}
-	if a.admin, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
-		return nil, err
-	}
-	for _, n := range a.nodes {
-		admin, err := sql.Open("mysql", n.DSN(a.db))
-		if err != nil {
-			a.close()
+	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), self: self, procs: map[string]*proc{}, events: make(chan event, 1<<16)}
+	if isEtcd(spec.contender) {
+		nodes := 1
+		if spec.contender == etcd3 {
+			nodes = 3
+		}
+		if a.etcd, err = startEtcd(ctx, spec.etcdBins.server, nodes); err != nil {
 			return nil, err
 		}
-		a.nodeAdmins = append(a.nodeAdmins, admin)
-	}
-	if !a.isolated {
-		if err := a.createUser(ctx, a.user("all")); err != nil {
-			a.admin.Close()
-			return nil, err
-		}
+	} else if err := a.openDatabase(ctx, srv); err != nil {
+		return nil, err
 	}
 	for i := range spec.candidates {
 		if err := a.spawn(ctx, fmt.Sprintf("c%d", i)); err != nil {
@@ -125,6 +115,42 @@ func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*aren
 		}
 	}
 	return a, nil
+}
+
+// openDatabase creates the arena's database on srv afresh, opens the root
+// pools, and, unless the arena is isolated, creates the user all
+// candidates share.
+func (a *arena) openDatabase(ctx context.Context, srv *mysqltest.Server) error {
+	a.srv, a.db = srv, "bench_"+strings.ReplaceAll(a.contender, "-", "_")
+	if err := a.createDatabase(ctx); err != nil {
+		return err
+	}
+	var err error
+	cfg := srv.Config(a.db)
+	a.nodes = []*mysqltest.Server{srv}
+	if a.cluster != nil {
+		// Reads that see every write the cluster committed before them.
+		cfg.Params = map[string]string{"wsrep_sync_wait": "15"}
+		a.nodes = []*mysqltest.Server{a.cluster.Node(1), a.cluster.Node(2), a.cluster.Node(3)}
+	}
+	if a.admin, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
+		return err
+	}
+	for _, n := range a.nodes {
+		admin, err := sql.Open("mysql", n.DSN(a.db))
+		if err != nil {
+			a.close()
+			return err
+		}
+		a.nodeAdmins = append(a.nodeAdmins, admin)
+	}
+	if !a.isolated {
+		if err := a.createUser(ctx, a.user("all")); err != nil {
+			a.admin.Close()
+			return err
+		}
+	}
+	return nil
 }
 
 // createDatabase creates the arena's database afresh, with the tables the
@@ -186,25 +212,44 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 }
 
 // newProc creates candidate id: if the arena is isolated, with its own
-// database user and fault proxy, else with the shared user.
+// database user (but for etcd) and fault proxy, else with the shared user.
 func (a *arena) newProc(ctx context.Context, id string) (*proc, error) {
 	a.mu.Lock()
 	index := len(a.procs)
 	a.mu.Unlock()
-	node := index % len(a.nodes) // round robin
+	addrs := a.addrs()
+	p := &proc{id: id, index: index, node: index % len(addrs)} // round robin
+	if a.etcd == nil {
+		p.user = a.user("all")
+		if a.isolated {
+			p.user = a.user(id)
+			if err := a.createUser(ctx, p.user); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if !a.isolated {
-		return &proc{id: id, index: index, node: node, user: a.user("all")}, nil
+		return p, nil
 	}
-	p := &proc{id: id, index: index, node: node, user: a.user(id)}
-	if err := a.createUser(ctx, p.user); err != nil {
-		return nil, err
-	}
-	proxy, err := faultproxy.Start(a.nodes[node].Addr())
+	proxy, err := faultproxy.Start(addrs[p.node])
 	if err != nil {
 		return nil, fmt.Errorf("starting the fault proxy of %s: %w", id, err)
 	}
 	p.proxy = proxy
 	return p, nil
+}
+
+// addrs are the addresses of the servers the candidates connect to, in
+// the order of their nodes.
+func (a *arena) addrs() []string {
+	if a.etcd != nil {
+		return a.etcd.clients()
+	}
+	var addrs []string
+	for _, n := range a.nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	return addrs
 }
 
 // user names the database user of the arena's candidate id.
@@ -227,9 +272,26 @@ func (a *arena) createUser(ctx context.Context, name string) error {
 	return nil
 }
 
-// command is the candidate process of p, connecting as its user, through
-// its proxy if it has one.
+// command is the candidate process of p: electbench-etcd for etcd, else
+// this binary connecting as p's user; through p's proxy if it has one.
 func (a *arena) command(p *proc) *exec.Cmd {
+	var cmd *exec.Cmd
+	if a.etcd != nil {
+		cmd = a.etcdCommand(p)
+	} else {
+		cmd = a.mysqlCommand(p)
+	}
+	// One OS thread per candidate keeps a thousand candidate processes cheap.
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	// Stderr stays nil, /dev/null: a writer would cost a pipe and a
+	// goroutine per candidate.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// mysqlCommand is candidate p's process for a MySQL contender: this binary
+// as its candidate subcommand.
+func (a *arena) mysqlCommand(p *proc) *exec.Cmd {
 	cfg := a.nodes[p.node].Config(a.db)
 	cfg.User, cfg.Passwd = p.user, "bench"
 	if p.proxy != nil {
@@ -241,11 +303,6 @@ func (a *arena) command(p *proc) *exec.Cmd {
 	if a.policies {
 		cmd.Args = append(cmd.Args, "-policies", "-priority", strconv.Itoa(p.index%3), "-health-seed", strconv.FormatUint(a.seed+uint64(p.index), 10))
 	}
-	// One OS thread per candidate keeps a thousand candidate processes cheap.
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	// Stderr stays nil, /dev/null: a writer would cost a pipe and a
-	// goroutine per candidate.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 
@@ -484,7 +541,7 @@ func (a *arena) stopAll() {
 }
 
 // close stops the candidates and releases their proxies and the admin
-// connection.
+// connections, or the etcd.
 func (a *arena) close() {
 	a.stopAll()
 	a.mu.Lock()
@@ -494,8 +551,13 @@ func (a *arena) close() {
 		}
 	}
 	a.mu.Unlock()
-	a.admin.Close()
+	if a.admin != nil {
+		a.admin.Close()
+	}
 	for _, admin := range a.nodeAdmins {
 		admin.Close()
+	}
+	if a.etcd != nil {
+		a.etcd.close()
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqlelect/election/internal/benchevent"
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
@@ -25,36 +26,48 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	var o options
 	o.flags(fs)
 	o.candidatesFlag(fs)
-	contenders := fs.String("contenders", join(allContenders), "contenders to run")
-	faults := fs.String("faults", join(baseFaults), "faults to inject")
+	contenders := fs.String("contenders", join(allContenders), "contenders to run; also "+join(etcdContenders)+
+		": etcd's election (client/v3/concurrency) on a private etcd of one node, three, and one with etcd's default TTL")
+	faults := fs.String("faults", join(baseFaults), "faults to inject; also "+fRaftLeader+" (etcd-3)")
+	var bins etcdBinaries
+	fs.StringVar(&bins.server, "etcd", os.Getenv(envEtcd), "the etcd server the etcd contenders run (default $"+envEtcd+")")
+	fs.StringVar(&bins.candidate, "etcd-candidate", os.Getenv(envEtcdCandidate), "electbench-etcd, their candidate process (default $"+envEtcdCandidate+")")
 	reps := fs.Int("reps", 20, "runs per contender and fault")
-	quick := fs.Bool("quick", false, "every contender but recipe-20s and every fault once, with short timing (unless given): about two minutes")
+	quick := fs.Bool("quick", false, "every contender but recipe-20s and etcd-60s and every fault once, with short timing (unless given): about two minutes")
 	svg := fs.String("svg", "", "write the chart as SVG to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cs, fl := strings.Split(*contenders, ","), strings.Split(*faults, ",")
 	if *quick {
-		cs = slices.DeleteFunc(cs, func(c string) bool { return c == recipe20 })
+		cs = slices.DeleteFunc(cs, func(c string) bool { return c == recipe20 || c == etcd60 })
 		if err := quickDefaults(fs); err != nil {
 			return err
 		}
 	}
-	if err := known("contender", cs, allContenders); err != nil {
+	if err := known("contender", cs, append(slices.Clone(allContenders), etcdContenders...)); err != nil {
 		return err
 	}
-	if err := known("fault", fl, baseFaults); err != nil {
+	if err := known("fault", fl, append(slices.Clone(baseFaults), fRaftLeader)); err != nil {
 		return err
 	}
-	srv, err := o.server(ctx)
-	if err != nil {
-		return err
+	if slices.ContainsFunc(cs, isEtcd) {
+		if err := bins.check(); err != nil {
+			return err
+		}
 	}
-	defer srv.Close()
-	fl = faultsFor(srv, nil, fl)
-	res := results{Server: srv.Describe(), Timing: o.tm}
+	res := results{Server: "no MySQL server", Timing: o.tm}
+	var srv *mysqltest.Server // only if a contender needs it
+	if slices.ContainsFunc(cs, func(c string) bool { return !isEtcd(c) }) {
+		var err error
+		if srv, err = o.server(ctx); err != nil {
+			return err
+		}
+		defer srv.Close()
+		res.Server = srv.Describe()
+	}
 	for _, c := range cs {
-		spec := arenaSpec{contender: c, tm: o.tm, candidates: o.candidates, faults: fl}
+		spec := arenaSpec{contender: c, tm: o.tm, candidates: o.candidates, faults: faultsFor(c, srv, nil, fl), etcdBins: bins}
 		if err := benchContender(ctx, &o, srv, spec, *reps, &res); err != nil {
 			return err
 		}
@@ -129,13 +142,18 @@ func benchArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec, res 
 		return err
 	}
 	res.Verdicts = append(res.Verdicts, v)
+	if a.etcd != nil {
+		res.Etcd = append(res.Etcd, a.etcdSetting(ctx))
+	}
 	return nil
 }
 
 // printResults writes the comparison's setting, its tables and every
 // violation.
 func printResults(out io.Writer, o *options, res *results) {
-	fmt.Fprintf(out, "%s; interval %v, lease %v, margin %v; %d candidates\n\n", res.Server, o.tm.Interval, o.tm.Lease, o.tm.Margin, o.candidates)
+	fmt.Fprintf(out, "%s; interval %v, lease %v, margin %v; %d candidates\n", res.Server, o.tm.Interval, o.tm.Lease, o.tm.Margin, o.candidates)
+	printEtcd(out, res.Etcd)
+	fmt.Fprintln(out)
 	printTable(out, res.Summaries, res.Verdicts, res.Costs)
 	printViolations(out, res.Verdicts)
 }
@@ -152,23 +170,31 @@ func printViolations(out io.Writer, verdicts []verdict) {
 // steady is what an idle election, or the idle elections of an arena whose
 // candidates run several, costs the server.
 type steady struct {
-	Contender      string  `json:"contender"`
-	Candidates     int     `json:"candidates"`
-	Elections      int     `json:"elections,omitempty"` // per candidate process, if more than one
-	QueriesPerSec  float64 `json:"queries_per_s"`
+	Contender  string `json:"contender"`
+	Candidates int    `json:"candidates"`
+	Elections  int    `json:"elections,omitempty"` // per candidate process, if more than one
+	// QueriesPerSec are the MySQL server's statements (Questions); none
+	// for etcd.
+	QueriesPerSec float64 `json:"queries_per_s,omitempty"`
+	// Connections are the candidates' sessions on the MySQL server, or
+	// their TCP connections for etcd.
 	Connections    int     `json:"connections"`
 	ConnsPerCand   float64 `json:"connections_per_candidate"`
-	QueriesPerCand float64 `json:"queries_per_s_per_candidate"`
+	QueriesPerCand float64 `json:"queries_per_s_per_candidate,omitempty"`
 	// RoundTripsPerSec adds the prepares to the statements: with the
 	// driver's default DSN a statement with arguments is a PREPARE and an
 	// EXECUTE, and Questions counts only the EXECUTE.
-	RoundTripsPerSec float64 `json:"round_trips_per_s"`
+	RoundTripsPerSec float64 `json:"round_trips_per_s,omitempty"`
+	// RequestsPerSec, for etcd alone, are the gRPC messages its nodes
+	// received (etcdCluster.requests): a unary request, or a keepalive on
+	// the lease's stream, counts one, as a round trip does for MySQL.
+	RequestsPerSec float64 `json:"server_requests_per_s,omitempty"`
 	// AllLedS is how long after the candidates started every election had
 	// had a leader, if there are several.
 	AllLedS float64 `json:"all_led_s,omitempty"`
-	// With several elections per process, what the server and the
-	// candidate processes use over the same window: CPU in percent of one
-	// core, resident memory in MiB (the processes': the most of any).
+	// What the server (all of etcd's nodes) and the candidate processes
+	// use over the same window: CPU in percent of one core, resident
+	// memory in MiB (the processes': the most of any).
 	ServerCPU float64 `json:"server_cpu_pct,omitempty"`
 	ServerRSS float64 `json:"server_rss_mib,omitempty"`
 	ProcCPU   float64 `json:"process_cpu_pct_max,omitempty"`
@@ -195,8 +221,9 @@ func usage(pid int) (cpu time.Duration, rssMiB float64) {
 	return cpu, rssMiB
 }
 
-// measureSteady counts the statements and connections of the arena's idle
-// elections, over five seconds after they have settled.
+// measureSteady counts the requests (MySQL's statements, or etcd's gRPC
+// messages), connections and CPU of the arena's idle elections, over a
+// window (steadyWindow) after they have settled.
 func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	n := len(a.all())
 	if n == 0 {
@@ -217,11 +244,11 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 		return steady{}, fmt.Errorf("%s: not every one of the %d elections has had a leader within %v (%s)", a.contender, a.elections, allLed, a.census())
 	}
 	allLedS := time.Since(t0).Seconds()
-	// Every candidate holds a session once it has joined: with many
+	// Every candidate holds a connection once it has joined: with many
 	// candidates the last ones are still joining when the first leads, and
 	// their joins are not the idle cost.
-	if !a.await(settle, func() bool { return a.sessionCount(ctx) >= n }) {
-		return steady{}, fmt.Errorf("%s: fewer than %d sessions within %v (%s)", a.contender, n, settle, a.census())
+	if !a.await(settle, func() bool { return a.connections(ctx) >= n }) {
+		return steady{}, fmt.Errorf("%s: fewer than %d connections within %v (%s)", a.contender, n, settle, a.census())
 	}
 	// Nor are the statements of the joins that follow: wait until the rate
 	// holds still over two windows.
@@ -230,14 +257,15 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	}
 	// The acting leader's writes are the benchmark's load, not the
 	// election's cost: pause them while counting.
-	a.signalAll(sigQuiet)
-	defer a.signalAll(sigResume)
+	a.signalAll(benchevent.Quiet)
+	defer a.signalAll(benchevent.Resume)
 	time.Sleep(a.tm.WriteEvery + time.Second) // writes in flight end
-	before, beforePrep, err := counts(ctx, a.admin)
+	before, beforePrep, err := a.counts(ctx)
 	if err != nil {
 		return steady{}, err
 	}
-	pids := []int{a.srv.PID()}
+	servers := a.serverPIDs()
+	pids := slices.Clone(servers)
 	for _, p := range a.all() {
 		pids = append(pids, p.cmd.Process.Pid)
 	}
@@ -246,28 +274,31 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 		cpu0[i], _ = usage(pid)
 	}
 	t1 := time.Now()
-	time.Sleep(5 * time.Second)
-	after, afterPrep, err := counts(ctx, a.admin)
+	time.Sleep(a.steadyWindow())
+	after, afterPrep, err := a.counts(ctx)
 	if err != nil {
 		return steady{}, err
 	}
 	elapsed := time.Since(t1).Seconds()
-	conns := a.sessionCount(ctx)
-	q := (after - before - 1) / elapsed // 1: the first SHOW STATUS
-	rt := q + (afterPrep-beforePrep)/elapsed
-	s := steady{Contender: a.contender, Candidates: n, QueriesPerSec: q, QueriesPerCand: q / float64(n),
-		Connections: conns, ConnsPerCand: float64(conns) / float64(n), RoundTripsPerSec: rt}
+	conns := a.connections(ctx)
+	q := (after - before - a.probe()) / elapsed
+	s := steady{Contender: a.contender, Candidates: n, Connections: conns, ConnsPerCand: float64(conns) / float64(n)}
+	if a.etcd != nil {
+		s.RequestsPerSec = q
+	} else {
+		s.QueriesPerSec, s.QueriesPerCand, s.RoundTripsPerSec = q, q/float64(n), q+(afterPrep-beforePrep)/elapsed
+	}
 	if a.elections > 1 {
 		s.Elections, s.AllLedS = a.elections, allLedS
-		for i, pid := range pids {
-			cpu, rss := usage(pid)
-			pct := 100 * (cpu - cpu0[i]).Seconds() / elapsed
-			if i == 0 {
-				s.ServerCPU, s.ServerRSS = pct, rss
-				continue
-			}
-			s.ProcCPU, s.ProcRSS = max(s.ProcCPU, pct), max(s.ProcRSS, rss)
+	}
+	for i, pid := range pids {
+		cpu, rss := usage(pid)
+		pct := 100 * (cpu - cpu0[i]).Seconds() / elapsed
+		if i < len(servers) {
+			s.ServerCPU, s.ServerRSS = s.ServerCPU+pct, s.ServerRSS+rss
+			continue
 		}
+		s.ProcCPU, s.ProcRSS = max(s.ProcCPU, pct), max(s.ProcRSS, rss)
 	}
 	return s, nil
 }
@@ -277,16 +308,16 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 func (a *arena) steadyRate(ctx context.Context, limit time.Duration) error {
 	prev := -1.0
 	for end := time.Now().Add(limit); time.Now().Before(end); {
-		q0, _, err := counts(ctx, a.admin)
+		q0, _, err := a.counts(ctx)
 		if err != nil {
 			return err
 		}
 		time.Sleep(2 * time.Second)
-		q1, _, err := counts(ctx, a.admin)
+		q1, _, err := a.counts(ctx)
 		if err != nil {
 			return err
 		}
-		rate := (q1 - q0 - 1) / 2
+		rate := (q1 - q0 - a.probe()) / 2
 		if prev >= 0 && math.Abs(rate-prev) <= prev/5+1 {
 			return nil
 		}
@@ -295,11 +326,59 @@ func (a *arena) steadyRate(ctx context.Context, limit time.Duration) error {
 	return fmt.Errorf("%s: the statement rate did not settle within %v (%s)", a.contender, limit, a.census())
 }
 
-// sessionCount counts the candidates' sessions on the server (-1 if it cannot).
-func (a *arena) sessionCount(ctx context.Context) int {
+// connections counts the candidates' sessions on the MySQL server (-1 if
+// it cannot), or for etcd their TCP connections, to etcd or to their
+// proxies.
+func (a *arena) connections(ctx context.Context) int {
+	if a.etcd != nil {
+		var pids []int
+		for _, p := range a.all() {
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+		return tcpConnections(pids)
+	}
 	conns := -1
 	a.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = ? AND user <> 'root'", a.db).Scan(&conns)
 	return conns
+}
+
+// serverPIDs are the processes of the server: MySQL's, or etcd's nodes.
+func (a *arena) serverPIDs() []int {
+	if a.etcd != nil {
+		return a.etcd.pids()
+	}
+	return []int{a.srv.PID()}
+}
+
+// counts are what the server has counted so far: the requests it received,
+// and of them the prepares. For MySQL, the statements (Questions) and
+// prepares (Com_stmt_prepare); for etcd, the gRPC messages its nodes
+// received (etcdCluster.requests), with no prepares.
+func (a *arena) counts(ctx context.Context) (requests, prepares float64, err error) {
+	if a.etcd != nil {
+		n, err := a.etcd.requests(ctx)
+		return n, 0, err
+	}
+	return counts(ctx, a.admin)
+}
+
+// steadyWindow is how long measureSteady counts: five seconds, or for
+// etcd a third of the TTL if longer, how often its clients send a lease
+// keepalive (etcd-60s: 20 s), so that each sends one.
+func (a *arena) steadyWindow() time.Duration {
+	if a.etcd == nil {
+		return 5 * time.Second
+	}
+	return max(5*time.Second, time.Duration(etcdTTL(a.contender, a.tm))*time.Second/3)
+}
+
+// probe is how many requests one look at the counts adds to them: MySQL
+// counts the SHOW STATUS; etcd's /metrics is HTTP, not gRPC.
+func (a *arena) probe() float64 {
+	if a.etcd != nil {
+		return 0
+	}
+	return 1
 }
 
 // counts are the server's counts of statements (Questions) and of prepares

@@ -47,7 +47,7 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	}
 	// With shards a trap strikes the first shard of the process to reach
 	// its point, which need not be shard 0.
-	if p.kinds = trapsFor(p.contender, p.shards > 0, faultsFor(srv, cluster, p.kinds)); len(p.kinds) == 0 {
+	if p.kinds = trapsFor(p.contender, p.shards > 0, faultsFor(p.contender, srv, cluster, p.kinds)); len(p.kinds) == 0 {
 		return errors.New("no fault to draw from: a server given by -dsn is not restarted, and only this library's strategies have traps")
 	}
 	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds, cluster: cluster,

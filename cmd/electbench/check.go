@@ -12,60 +12,71 @@ import (
 
 // verdict is what the checker finds in one contender's recorded history.
 type verdict struct {
-	Contender string  `json:"contender"`
-	Terms     int     `json:"terms"`
-	Writes    int     `json:"writes"`       // rows in bench_writes
-	Acked     int     `json:"acked_writes"` // writes the candidates reported committed
-	Counter   int     `json:"counter"`      // bench_counter, bumped in the same transactions
-	Lost      int     `json:"acked_writes_lost"`
-	Stale     int     `json:"stale_writes_accepted"`
-	OverlapS  float64 `json:"overlap_total_s"` // acting leaders overlapping, as their accepted writes show
-	WorstS    float64 `json:"overlap_worst_s"`
+	Contender string `json:"contender"`
+	Terms     int    `json:"terms"`
+	Writes    int    `json:"writes"`                   // rows in bench_writes, or etcd's writes/ keys
+	Acked     int    `json:"acked_writes"`             // writes the candidates reported committed
+	Refused   int    `json:"refused_writes,omitempty"` // writes their fence refused, as the candidates reported
+	// Counter is bench_counter, bumped in the same transactions; nil for
+	// etcd, which keeps none.
+	Counter  *int    `json:"counter,omitempty"`
+	Lost     int     `json:"acked_writes_lost"`
+	Stale    int     `json:"stale_writes_accepted"`
+	OverlapS float64 `json:"overlap_total_s"` // acting leaders overlapping, as their accepted writes show
+	WorstS   float64 `json:"overlap_worst_s"`
 	// Linearizable is Porcupine's verdict on the register's history (see
-	// linearize.go), of Operations writes and reads; fenced contenders only.
+	// linearize.go), of Operations writes and reads; fenced MySQL
+	// contenders only.
 	Linearizable string `json:"linearizable,omitempty"`
 	Operations   int    `json:"operations,omitempty"`
 	// Violations are broken guarantees; each comes with the history around it.
 	Violations []string `json:"violations,omitempty"`
 }
 
-// row is one write in bench_writes.
+// row is one write in bench_writes, or in etcd (its id is the revision
+// that committed it).
 type row struct {
-	id           int64
-	holder, term string
-	token        uint64
-	at           time.Time
+	id               int64
+	holder, term, op string
+	token            uint64
+	at               time.Time
 }
 
 // check reads the arena's writes and events after the candidates stopped.
 // In commit order a write is stale when a term that began writing after its
 // own term already wrote: the old leader acted after the new one had. For
-// this library every write is fenced, so a stale one, a token that does not
-// grow with its terms, a counter that disagrees with the rows, or an
-// acknowledged write that is missing, is a violation.
+// this library and etcd every write is fenced, so a stale one, a token that
+// does not grow with its terms, a counter that disagrees with the rows, or
+// an acknowledged write that is missing, is a violation. etcd keeps no
+// counter, and its history is not Porcupine's to check (the parent's reads
+// of the register are MySQL's): both are left out.
 func check(ctx context.Context, a *arena) (verdict, error) {
 	v := verdict{Contender: a.contender}
 	ws, err := readWrites(ctx, a)
 	if err != nil {
 		return v, err
 	}
-	if err := a.admin.QueryRowContext(ctx, "SELECT n FROM bench_counter").Scan(&v.Counter); err != nil {
-		return v, err
-	}
 	v.Writes = len(ws)
-	fenced := isLibrary(a.contender)
+	fenced := isLibrary(a.contender) || a.etcd != nil
 	checkWrites(a, ws, fenced, &v)
 	checkEvents(a, fenced, &v)
 	if v.Lost = max(0, v.Acked-v.Writes); v.Lost > 0 {
 		v.Violations = append(v.Violations, fmt.Sprintf("%d acknowledged writes are missing", v.Lost))
 	}
-	committed, err := committedOps(ctx, a)
-	if err != nil {
-		return v, err
+	committed := map[string]int64{} // op → its row
+	for _, w := range ws {
+		committed[w.op] = w.id
 	}
 	checkRefused(a, committed, &v)
-	if v.Counter != v.Writes {
-		v.Violations = append(v.Violations, fmt.Sprintf("counter %d but %d write rows", v.Counter, v.Writes))
+	if a.etcd != nil {
+		return v, nil
+	}
+	v.Counter = new(int)
+	if err := a.admin.QueryRowContext(ctx, "SELECT n FROM bench_counter").Scan(v.Counter); err != nil {
+		return v, err
+	}
+	if *v.Counter != v.Writes {
+		v.Violations = append(v.Violations, fmt.Sprintf("counter %d but %d write rows", *v.Counter, v.Writes))
 	}
 	if !fenced {
 		return v, nil
@@ -84,9 +95,13 @@ func check(ctx context.Context, a *arena) (verdict, error) {
 // linearizeTimeout bounds Porcupine's search over a whole history.
 const linearizeTimeout = 10 * time.Minute
 
-// readWrites returns the rows of bench_writes in commit order.
+// readWrites returns the rows of bench_writes, or etcd's writes, in commit
+// order.
 func readWrites(ctx context.Context, a *arena) ([]row, error) {
-	rows, err := a.admin.QueryContext(ctx, "SELECT id, holder, term, token, DATE_FORMAT(at, '%Y-%m-%d %H:%i:%s.%f') FROM bench_writes ORDER BY id")
+	if a.etcd != nil {
+		return a.etcdWrites(ctx)
+	}
+	rows, err := a.admin.QueryContext(ctx, "SELECT id, holder, term, op, token, DATE_FORMAT(at, '%Y-%m-%d %H:%i:%s.%f') FROM bench_writes ORDER BY id")
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +110,7 @@ func readWrites(ctx context.Context, a *arena) ([]row, error) {
 	for rows.Next() {
 		var r row
 		var at string
-		if err := rows.Scan(&r.id, &r.holder, &r.term, &r.token, &at); err != nil {
+		if err := rows.Scan(&r.id, &r.holder, &r.term, &r.op, &r.token, &at); err != nil {
 			return nil, err
 		}
 		r.at, _ = time.Parse("2006-01-02 15:04:05.000000", at)
@@ -142,10 +157,11 @@ func checkWrites(a *arena, ws []row, fenced bool, v *verdict) {
 	}
 }
 
-// checkEvents counts the terms and acknowledged writes the candidates
-// reported and, if fenced, finds tokens that do not grow with their terms.
-// A fenced term that began with its lease already run out (its process was
-// paused between its claim and its first step) is left out of that order:
+// checkEvents counts the terms and the acknowledged and refused writes the
+// candidates reported and, if fenced, finds tokens that do not grow with
+// their terms. A fenced term that began with its lease already run out, or
+// its etcd key gone (its process was paused between its claim and its
+// first step), is left out of that order:
 // it never acted, and a write it tried is the write check's to judge.
 func checkEvents(a *arena, fenced bool, v *verdict) {
 	var starts []event
@@ -158,6 +174,8 @@ func checkEvents(a *arena, fenced bool, v *verdict) {
 			}
 		case e.Ev == "write" && e.OK:
 			v.Acked++
+		case e.Ev == "write" && e.Refused:
+			v.Refused++
 		}
 	}
 	sort.Slice(starts, func(i, j int) bool { return starts[i].At < starts[j].At })
@@ -183,8 +201,9 @@ func (a *arena) around(t time.Time) string {
 	return b.String()
 }
 
-// checkRefused finds writes that failed with ErrFenced and committed all
-// the same: a refusal must leave nothing behind.
+// checkRefused finds writes that their fence refused (ErrFenced, or etcd's
+// guard) and that committed all the same: a refusal must leave nothing
+// behind.
 func checkRefused(a *arena, committed map[string]int64, v *verdict) {
 	for _, e := range a.log {
 		if _, ok := committed[e.Op]; ok && e.Ev == "write" && e.Refused {

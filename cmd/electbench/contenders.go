@@ -4,20 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/benchevent"
 	"github.com/sqlelect/election/internal/failpoint"
 )
 
@@ -79,13 +76,13 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, ele
 		return err
 	}
 	defer db.Close()
-	c := &candidate{id: id, db: db, tm: tm, policy: pol, out: json.NewEncoder(os.Stdout)}
-	c.obeyQuiet(ctx)
-	c.trap.listen(os.Stdin, c.emit)
+	c := &candidate{Printer: benchevent.NewPrinter(id, os.Stdout, election.ErrFenced), db: db, tm: tm, policy: pol}
+	c.ObeyQuiet(ctx)
+	c.trap.listen(os.Stdin, c.Emit)
 	// Every election of the candidate reaches the points; only the first,
 	// "bench", is faulted, so chaos runs one.
 	ctx = failpoint.With(ctx, func(point string) { c.trap.reach(failpointOf(point)) })
-	c.emit(event{Ev: "ready"})
+	c.Emit(event{Ev: "ready"})
 	switch contender {
 	case libGetLock, libLease:
 		return c.library(ctx, contender, elections, shards)
@@ -100,74 +97,17 @@ func runCandidate(ctx context.Context, contender, id, dsn string, tm timing, ele
 }
 
 // event is one line a candidate process prints.
-type event struct {
-	// ready (obeys sigQuiet), start, end, call (a write begins), write
-	// (it returned), trap (an armed failpoint was reached); other-start: a
-	// term of one of the elections beyond the first began (candidate
-	// -elections).
-	Ev       string `json:"ev"`
-	ID       string `json:"id"`
-	Election string `json:"election,omitempty"` // only for other-start
-	Term     string `json:"term"`
-	Token    uint64 `json:"token,omitempty"`
-	// Op names one write: its call event and its write event carry it,
-	// and so does its row if it committed.
-	Op      string `json:"op,omitempty"`
-	OK      bool   `json:"ok,omitempty"`      // write: accepted; start of a library term: its lease was valid
-	Refused bool   `json:"refused,omitempty"` // the write failed with ErrFenced
-	Reason  string `json:"reason,omitempty"`
-	At      int64  `json:"at"` // Unix ns; all processes share the machine's clock
-}
+type event = benchevent.Event
 
 // candidate runs one contender in this process until ctx ends, printing
 // events on stdout.
 type candidate struct {
-	id     string
+	*benchevent.Printer
 	db     *sql.DB
 	tm     timing
 	policy *policy // nil: none
-	mu     sync.Mutex
-	out    *json.Encoder
 	writes sync.WaitGroup
-	quiet  atomic.Bool // no writes, so that the election's own cost can be measured
-	ops    atomic.Uint64
 	trap   trap
-}
-
-// Signals that pause and resume a candidate's writes.
-const (
-	sigQuiet  = syscall.SIGUSR1
-	sigResume = syscall.SIGUSR2
-)
-
-// obeyQuiet pauses and resumes the writes on sigQuiet and sigResume until
-// ctx ends.
-func (c *candidate) obeyQuiet(ctx context.Context) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, sigQuiet, sigResume)
-	go func() {
-		defer signal.Stop(ch)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case s := <-ch:
-				c.quiet.Store(s == sigQuiet)
-			}
-		}
-	}()
-}
-
-// emit prints e, stamped with the candidate and, unless it has one, the
-// time, as one line.
-func (c *candidate) emit(e event) {
-	e.ID = c.id
-	if e.At == 0 {
-		e.At = time.Now().UnixNano()
-	}
-	c.mu.Lock()
-	c.out.Encode(e)
-	c.mu.Unlock()
 }
 
 // write records one write, op, of the acting term, in one transaction: it
@@ -185,32 +125,19 @@ func write(ctx context.Context, tx *sql.Tx, holder, term string, token uint64, o
 	return err
 }
 
-// recorded makes one write of term through do, which it gives a new op
-// name, between a call event and a write event: a write whose process
-// dies in between has a call and no return, its outcome known only from
-// the rows. A write cut off because its term ended gets no write event.
-func (c *candidate) recorded(ctx context.Context, term string, token uint64, do func(op string) error) {
-	op := fmt.Sprintf("%s.%d.%d", c.id, os.Getpid(), c.ops.Add(1))
-	c.emit(event{Ev: "call", Term: term, Token: token, Op: op})
-	err := do(op)
-	if err == nil || ctx.Err() == nil {
-		c.emit(event{Ev: "write", Term: term, Op: op, OK: err == nil, Refused: errors.Is(err, election.ErrFenced)})
-	}
-}
-
 // library runs this library's electors, all on the candidate's one
 // *sql.DB: one in the election "bench", whose terms write, fenced, and with
 // elections > 1 one each in "bench-1" and on, whose terms only hold. An
 // elector that fails ends them all. With shards the elections are the
 // shards of the group "bench" (election.Shards), and shard 0 writes.
 func (c *candidate) library(ctx context.Context, contender string, elections int, shards bool) error {
-	cfg := election.Config{Identity: c.id, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin, CheckInterval: c.tm.Check}
+	cfg := election.Config{Identity: c.ID, Interval: c.tm.Interval, Lease: c.tm.Lease, Margin: c.tm.Margin, CheckInterval: c.tm.Check}
 	cfg.Strategy = election.GetLock
 	if contender == libLease {
 		cfg.Strategy = election.LeaseRow
 	}
 	if c.policy != nil {
-		c.policy.apply(&cfg, c.id, c.tm)
+		c.policy.apply(&cfg, c.ID, c.tm)
 	}
 	if shards {
 		return c.member(ctx, max(1, elections), cfg)
@@ -354,22 +281,22 @@ func (c *candidate) writeFenced(ctx context.Context, t *election.Term) {
 	// at that time, no later term had begun by then, however long this
 	// process is paused before the event is printed.
 	at := time.Now().UnixNano()
-	c.emit(event{Ev: "start", Term: term, Token: t.Token(), OK: t.IsLeader(), At: at})
+	c.Emit(event{Ev: "start", Term: term, Token: t.Token(), OK: t.IsLeader(), At: at})
 	for ctx.Err() == nil {
-		if !c.quiet.Load() {
-			c.recorded(ctx, term, t.Token(), func(op string) error {
-				return t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.id, term, t.Token(), op) })
+		if !c.Quiet() {
+			c.Record(ctx, term, t.Token(), func(op string) error {
+				return t.Fenced(ctx, func(tx *sql.Tx) error { return write(ctx, tx, c.ID, term, t.Token(), op) })
 			})
 		}
 		sleep(ctx, c.tm.WriteEvery)
 	}
-	c.emit(event{Ev: "end", Term: term, Reason: fmt.Sprint(t.Err())})
+	c.Emit(event{Ev: "end", Term: term, Reason: fmt.Sprint(t.Err())})
 }
 
 // hold is a term of one of the other elections: it only says it began and
 // lasts until it ends.
 func (c *candidate) hold(ctx context.Context, name string, t *election.Term) {
-	c.emit(event{Ev: "other-start", Election: name, Term: fmt.Sprint(t.Token()), Token: t.Token()})
+	c.Emit(event{Ev: "other-start", Election: name, Term: fmt.Sprint(t.Token()), Token: t.Token()})
 	<-ctx.Done()
 }
 
@@ -389,16 +316,16 @@ func (a *acting) leading() bool { return a.cancel != nil }
 func (a *acting) start(ctx context.Context) {
 	a.seq++
 	// A restarted candidate counts again from 1: the pid keeps terms apart.
-	a.term = fmt.Sprintf("%s#%d.%d", a.c.id, os.Getpid(), a.seq)
-	a.c.emit(event{Ev: "start", Term: a.term})
+	a.term = fmt.Sprintf("%s#%d.%d", a.c.ID, os.Getpid(), a.seq)
+	a.c.Emit(event{Ev: "start", Term: a.term})
 	wctx, cancel := context.WithCancel(ctx)
 	a.cancel = cancel
 	a.c.writes.Add(1)
 	go func(term string) {
 		defer a.c.writes.Done()
 		for wctx.Err() == nil {
-			if !a.c.quiet.Load() {
-				a.c.recorded(wctx, term, 0, func(op string) error { return a.c.unfencedWrite(wctx, term, op) })
+			if !a.c.Quiet() {
+				a.c.Record(wctx, term, 0, func(op string) error { return a.c.unfencedWrite(wctx, term, op) })
 			}
 			sleep(wctx, a.c.tm.WriteEvery)
 		}
@@ -412,7 +339,7 @@ func (c *candidate) unfencedWrite(ctx context.Context, term, op string) error {
 	if err != nil {
 		return err
 	}
-	if err := write(ctx, tx, c.id, term, 0, op); err != nil {
+	if err := write(ctx, tx, c.ID, term, 0, op); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -427,7 +354,7 @@ func (a *acting) stop(reason string) {
 	a.cancel()
 	a.c.writes.Wait()
 	a.cancel = nil
-	a.c.emit(event{Ev: "end", Term: a.term, Reason: reason})
+	a.c.Emit(event{Ev: "end", Term: a.term, Reason: reason})
 }
 
 // recipe is the single-row timeout recipe as commonly published: every
@@ -446,10 +373,10 @@ func (c *candidate) recipe(ctx context.Context, n int) error {
 	for {
 		_, err := c.db.ExecContext(ctx, fmt.Sprintf("INSERT INTO service_election (anchor, service_id, last_seen_active) VALUES (1, ?, NOW()) "+
 			"ON DUPLICATE KEY UPDATE service_id = IF(last_seen_active < NOW() - INTERVAL %d SECOND, VALUES(service_id), service_id), "+
-			"last_seen_active = IF(service_id = VALUES(service_id), VALUES(last_seen_active), last_seen_active)", n), c.id)
+			"last_seen_active = IF(service_id = VALUES(service_id), VALUES(last_seen_active), last_seen_active)", n), c.ID)
 		var leader int
 		if err == nil {
-			err = c.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM service_election WHERE anchor = 1 AND service_id = ?", c.id).Scan(&leader)
+			err = c.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM service_election WHERE anchor = 1 AND service_id = ?", c.ID).Scan(&leader)
 		}
 		switch {
 		case ctx.Err() != nil:

@@ -30,6 +30,10 @@ const (
 	// then continued.
 	fNodeKill = "node-kill"
 	fNodeStop = "node-stop"
+	// On etcd-3: etcd's raft leader SIGKILLed, then restarted. It is made
+	// the node the acting leader is connected to first, so that the fault
+	// hits both: the leader's connection and etcd's own leader.
+	fRaftLeader = "raft-leader"
 )
 
 // baseFaults hit any contender; allFaults add the traps, which only this
@@ -39,12 +43,17 @@ var (
 	allFaults  = append(append(slices.Clone(baseFaults), trapFaults...), fNodeKill, fNodeStop)
 )
 
-// faultsFor drops the server faults that cannot hit srv: the restart
-// unless srv is private (a server given by -dsn is not ours to restart),
-// the node faults unless there is a cluster.
-func faultsFor(srv *mysqltest.Server, cluster *galeratest.Cluster, faults []string) []string {
-	return slices.DeleteFunc(faults, func(f string) bool {
-		return f == fRestart && (!srv.Private() || cluster != nil) || (f == fNodeKill || f == fNodeStop) && cluster == nil
+// faultsFor returns the faults that can hit contender on srv. For etcd:
+// all but the reset and KILL CONNECTION, which are MySQL's, and raft-leader
+// only with three nodes. Else, the server faults that can hit srv: the
+// restart if srv is private (a server given by -dsn is not ours to
+// restart), the node faults if there is a cluster.
+func faultsFor(contender string, srv *mysqltest.Server, cluster *galeratest.Cluster, faults []string) []string {
+	return slices.DeleteFunc(slices.Clone(faults), func(f string) bool {
+		if isEtcd(contender) {
+			return f == fReset || f == fKillConn || f == fRaftLeader && contender != etcd3
+		}
+		return f == fRaftLeader || f == fRestart && (!srv.Private() || cluster != nil) || (f == fNodeKill || f == fNodeStop) && cluster == nil
 	})
 }
 
@@ -98,6 +107,11 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 		return a.spring(ctx, tr, point, action, old, limit)
 	}
 	p := a.proc(old.ID)
+	if fault == fRaftLeader {
+		if err := a.etcd.moveLeader(ctx, p.node); err != nil {
+			return tr, err
+		}
+	}
 	t0 := time.Now()
 	if err := a.strike(ctx, fault, p); err != nil {
 		return tr, err
@@ -133,7 +147,8 @@ func learns(fault string) bool {
 	return fault != fSIGKILL && (!trap || point == pointFenced && action == "stop")
 }
 
-// strike applies fault to the leader p; a restart hits every candidate.
+// strike applies fault to the leader p; a restart hits every candidate:
+// the server, or every etcd node, is SIGKILLed and started again.
 func (a *arena) strike(ctx context.Context, fault string, p *proc) error {
 	switch fault {
 	case fSIGKILL:
@@ -149,6 +164,9 @@ func (a *arena) strike(ctx context.Context, fault string, p *proc) error {
 	case fKillConn:
 		return a.killConnections(ctx, p.user)
 	case fRestart:
+		if a.etcd != nil {
+			return a.etcd.restart(ctx)
+		}
 		if err := a.srv.Kill(); err != nil {
 			return err
 		}
@@ -157,6 +175,9 @@ func (a *arena) strike(ctx context.Context, fault string, p *proc) error {
 		return a.cluster.Kill(p.node + 1)
 	case fNodeStop:
 		return a.cluster.Pause(p.node + 1)
+	case fRaftLeader:
+		// inject made it the leader's node.
+		a.etcd.kill(p.node)
 	}
 	return nil
 }
@@ -202,8 +223,9 @@ func sessions(ctx context.Context, admin *sql.DB, user string) ([]int64, error) 
 	return ids, rows.Err()
 }
 
-// heal undoes fault on p: a killed candidate is started again, a stopped
-// one continued, a blackhole lifted. The other faults heal by themselves.
+// heal undoes fault on p: a killed candidate or etcd node is started again,
+// a stopped one continued, a blackhole lifted. The other faults heal by
+// themselves.
 func (a *arena) heal(ctx context.Context, fault string, p *proc) error {
 	switch fault {
 	case fSIGKILL, fSIGTERM:
@@ -222,6 +244,11 @@ func (a *arena) heal(ctx context.Context, fault string, p *proc) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		return a.cluster.WaitHealthy(ctx)
+	case fRaftLeader:
+		if err := a.etcd.start(p.node); err != nil {
+			return err
+		}
+		return a.etcd.waitHealthy(ctx)
 	}
 	return nil
 }

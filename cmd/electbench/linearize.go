@@ -305,22 +305,3 @@ func describeIllegal(piece []porcupine.Operation, info porcupine.LinearizationIn
 	}
 	return s
 }
-
-// committedOps maps the name of every committed write to its row id.
-func committedOps(ctx context.Context, a *arena) (map[string]int64, error) {
-	rows, err := a.admin.QueryContext(ctx, "SELECT id, op FROM bench_writes")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m := map[string]int64{}
-	for rows.Next() {
-		var id int64
-		var op string
-		if err := rows.Scan(&id, &op); err != nil {
-			return nil, err
-		}
-		m[op] = id
-	}
-	return m, rows.Err()
-}

@@ -1,16 +1,19 @@
 // Command electbench measures leader-election failover and safety under
 // real faults: this library's GetLock and LeaseRow strategies against the
 // single-row timeout recipe (at its published 20 s and at our lease) and
-// against GET_LOCK as commonly hand-rolled. Candidates are separate
-// processes, so that SIGKILL, SIGTERM and SIGSTOP hit the leader alone; when
-// the faults include a blackhole, a connection reset or KILL CONNECTION,
-// each is behind its own TCP fault proxy and database user, so that these
-// do too. A server restart hits everyone. Every acting leader writes a row
-// every few milliseconds (fenced for this library), and a checker reads the
-// history afterwards.
+// against GET_LOCK as commonly hand-rolled; and, with -contenders, against
+// etcd's own election (client/v3/concurrency) on a private etcd of one node
+// or three, which needs the binaries scripts/etcd.sh builds (ensure_etcd).
+// Candidates are separate processes, so that SIGKILL, SIGTERM and SIGSTOP
+// hit the leader alone; when the faults include a blackhole, a connection
+// reset or KILL CONNECTION, each is behind its own TCP fault proxy and
+// database user, so that these do too. A server restart hits everyone.
+// Every acting leader writes a row every few milliseconds (fenced for this
+// library and etcd), and a checker reads the history afterwards.
 //
 //	electbench                      the full comparison (20 runs per fault)
 //	electbench -quick               every contender and fault once, in about two minutes
+//	electbench -contenders getlock,lease,etcd,etcd-3 -faults sigkill,sigstop,raft-leader   with etcd
 //	electbench chaos -faults 1000   random faults against one contender, then both checkers
 //	electbench chaos -galera -contender lease   the same on a private three-node Galera cluster
 //	electbench chaos -policies      the same with priorities, preferred leaders and a flapping health check
@@ -37,6 +40,12 @@
 //   - arena.go: the parent's side of the candidates: their database, users,
 //     fault proxies (only when a fault needs them) and processes, their
 //     events, and who leads.
+//   - etcd.go: the etcd contenders: the private etcd the arena starts
+//     for them, what the parent reads from it over HTTP (health, metrics,
+//     who leads), and their candidate process, electbench-etcd (the
+//     module in ./etcd, so that this one links no etcd client), which also
+//     dumps their writes for the checker. Both print the events of
+//     internal/benchevent.
 //   - faults.go: the faults and what injecting one into the leader does,
 //     how the parent waits for the next leader, and how it heals.
 //   - trap.go: the faults at the worst moments: a candidate stops or kills
@@ -128,11 +137,11 @@ func (o *options) steps() *progress {
 func (o *options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.dsn, "dsn", "", "use this server instead of a private one (root-like user; no restart fault)")
 	fs.DurationVar(&o.tm.Interval, "interval", 200*time.Millisecond, "keepalive and poll interval of every contender")
-	fs.DurationVar(&o.tm.Lease, "lease", 2*time.Second, "lease of this library's contenders")
+	fs.DurationVar(&o.tm.Lease, "lease", 2*time.Second, "lease of this library's contenders, and the session TTL of etcd and etcd-3 (rounded up to seconds)")
 	fs.DurationVar(&o.tm.Margin, "margin", time.Second, "margin of this library's contenders; the recipe-lease contender times out after lease+margin")
 	fs.DurationVar(&o.tm.WriteEvery, "write-every", 20*time.Millisecond, "how often an acting leader writes")
 	fs.DurationVar(&o.tm.Check, "check-interval", 0, "how long this library's waiters block in GET_LOCK or between lease tries (0: -interval); raise it for many candidates")
-	fs.DurationVar(&o.limit, "limit", 0, "how long to wait for a new leader after a fault (0: 2×(lease+margin)+2s, and 25s for recipe-20s)")
+	fs.DurationVar(&o.limit, "limit", 0, "how long to wait for a new leader after a fault (0: 2×(lease+margin)+2s, 25s for recipe-20s and 65s for etcd-60s)")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every trial")
 }
@@ -149,6 +158,8 @@ func (o *options) limitFor(contender string) time.Duration {
 		return o.limit
 	case contender == recipe20:
 		return 25 * time.Second
+	case contender == etcd60:
+		return 65 * time.Second
 	}
 	return 2*(o.tm.Lease+o.tm.Margin) + 2*time.Second
 }

@@ -14,12 +14,13 @@ import (
 
 // results are what a comparison writes to -json, and what report reads.
 type results struct {
-	Server    string    `json:"server"`
-	Timing    timing    `json:"timing"`
-	Trials    []trial   `json:"trials"`
-	Summaries []summary `json:"summaries"`
-	Verdicts  []verdict `json:"verdicts"`
-	Costs     []steady  `json:"steady_state"`
+	Server    string        `json:"server"`
+	Etcd      []etcdSetting `json:"etcd,omitempty"`
+	Timing    timing        `json:"timing"`
+	Trials    []trial       `json:"trials"`
+	Summaries []summary     `json:"summaries"`
+	Verdicts  []verdict     `json:"verdicts"`
+	Costs     []steady      `json:"steady_state"`
 }
 
 // summary aggregates the trials of one contender and fault.
@@ -114,19 +115,52 @@ func printTable(w io.Writer, sums []summary, verdicts []verdict, costs []steady)
 	tw = newTable(w, "CONTENDER\tTERMS\tWRITES\tSTALE WRITES ACCEPTED\tOVERLAP TOTAL\tWORST\tACKED WRITES LOST\tLINEARIZABLE (OPS)\tVIOLATIONS")
 	for _, v := range verdicts {
 		lin := "-"
-		if v.Linearizable != "" {
+		switch {
+		case v.Linearizable != "":
 			lin = fmt.Sprintf("%s (%d)", v.Linearizable, v.Operations)
+		case isEtcd(v.Contender):
+			lin = "n/a" // fenced, but not checked (see check)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%d\n", v.Contender, v.Terms, v.Writes, v.Stale, secs(v.OverlapS), secs(v.WorstS), v.Lost, lin, len(v.Violations))
 	}
 	tw.Flush()
 	if len(costs) > 0 {
 		fmt.Fprintln(w)
-		tw = newTable(w, "CONTENDER\tCANDIDATES\tQUERIES/S\tROUND TRIPS/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE")
+		tw = newTable(w, "CONTENDER\tCANDIDATES\tQUERIES/S\tROUND TRIPS/S\tSERVER REQUESTS/S\tQUERIES/S PER CANDIDATE\tCONNECTIONS PER CANDIDATE\tSERVER CPU\tCANDIDATE CPU MAX")
+		etcd := false
 		for _, c := range costs {
-			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.2f\t%.2f\n", c.Contender, c.Candidates, c.QueriesPerSec, c.RoundTripsPerSec, c.QueriesPerCand, c.ConnsPerCand)
+			// Each row has MySQL's numbers or etcd's: the others are "-".
+			queries, trips, requests, perCand := "-", "-", "-", "-"
+			if isEtcd(c.Contender) {
+				etcd = true
+				requests = fmt.Sprintf("%.2f", c.RequestsPerSec)
+			} else {
+				queries, trips, perCand = fmt.Sprintf("%.1f", c.QueriesPerSec), fmt.Sprintf("%.1f", c.RoundTripsPerSec), fmt.Sprintf("%.2f", c.QueriesPerCand)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%.2f\t%s\t%s\n", c.Contender, c.Candidates, queries, trips, requests, perCand, c.ConnsPerCand, cpu(c.ServerCPU), cpu(c.ProcCPU))
 		}
 		tw.Flush()
+		if etcd {
+			fmt.Fprintln(w, "SERVER REQUESTS/S, for etcd: the gRPC messages its nodes received (grpc_server_msg_received_total, summed over the nodes), "+
+				"one per request or lease keepalive, as a round trip is for MySQL, over 5 s or a whole keepalive period (a third of the TTL) if longer; "+
+				"its connections are the candidates' TCP connections. CPU: percent of one core over the same window, all of etcd's nodes together.")
+		}
+	}
+}
+
+// cpu formats a percentage of CPU for the steady-state table; "-" for
+// none (results written before it was measured).
+func cpu(pct float64) string {
+	if pct == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", pct)
+}
+
+// printEtcd writes how each etcd contender ran.
+func printEtcd(out io.Writer, settings []etcdSetting) {
+	for _, s := range settings {
+		fmt.Fprintf(out, "%s: etcd %s, %d node(s), session TTL %d s as granted (asked %d s)\n", s.Contender, s.Version, s.Nodes, s.TTL, s.AskedTTL)
 	}
 }
 
@@ -252,6 +286,8 @@ func mergeResults(paths []string, out io.Writer) (all results, contenders, fault
 			return all, nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
 		fmt.Fprintf(out, "%s: %s; interval %v, lease %v, margin %v\n", path, r.Server, r.Timing.Interval, r.Timing.Lease, r.Timing.Margin)
+		printEtcd(out, r.Etcd)
+		all.Etcd = append(all.Etcd, r.Etcd...)
 		all.Trials = append(all.Trials, r.Trials...)
 		all.Verdicts = append(all.Verdicts, r.Verdicts...)
 		all.Costs = append(all.Costs, r.Costs...)
