@@ -410,6 +410,11 @@ proctype Cand(byte me) {
 	/* Term.Resign (Run: once fn has returned; also Config.Health's end, "unhealthy") */
 	:: d_step { cst[me] == LEAD && stepped[me] == ACTING -> step_down(RESIGNED); printf("c%d resigns\n", me) }
 
+#if GETLOCK
+	/* pinned.release of a resignation: RELEASE_LOCK first, its end (below) after */
+	:: d_step { cst[me] == LEAD && stepped[me] == RESIGNED && ka[me] != BLOCKED && srv != DOWN && sess[me] == IDLE && lockh == me ->
+		lockh = NONE; printf("c%d releases the lock of term %d, its end not yet written\n", me, term[me]) }
+#endif
 	/* Term.finish, an end the leader chose or was asked for: pinned.release
 	 * (store.endTerm, RELEASE_LOCK), leaseHold.release */
 	:: d_step { cst[me] == LEAD && (stepped[me] == RESIGNED || stepped[me] == DEMOTED) && ka[me] != BLOCKED &&
