@@ -181,9 +181,11 @@ type steady struct {
 	Connections    int     `json:"connections"`
 	ConnsPerCand   float64 `json:"connections_per_candidate"`
 	QueriesPerCand float64 `json:"queries_per_s_per_candidate,omitempty"`
-	// RoundTripsPerSec adds the prepares to the statements: with the
-	// driver's default DSN a statement with arguments is a PREPARE and an
-	// EXECUTE, and Questions counts only the EXECUTE.
+	// RoundTripsPerSec adds the prepares and the pings to the statements:
+	// with the driver's default DSN a statement with arguments is a
+	// PREPARE and an EXECUTE, and Questions counts only the EXECUTE; a
+	// ping (plain GET_LOCK's keepalive) is a round trip Questions does not
+	// count, and Com_admin_commands does.
 	RoundTripsPerSec float64 `json:"round_trips_per_s,omitempty"`
 	// RequestsPerSec, for etcd alone, are the gRPC messages its nodes
 	// received (etcdCluster.requests): a unary request, or a keepalive on
@@ -260,7 +262,7 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	a.signalAll(benchevent.Quiet)
 	defer a.signalAll(benchevent.Resume)
 	time.Sleep(a.tm.WriteEvery + time.Second) // writes in flight end
-	before, beforePrep, err := a.counts(ctx)
+	before, beforeBesides, err := a.counts(ctx)
 	if err != nil {
 		return steady{}, err
 	}
@@ -275,7 +277,7 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	}
 	t1 := time.Now()
 	time.Sleep(a.steadyWindow())
-	after, afterPrep, err := a.counts(ctx)
+	after, afterBesides, err := a.counts(ctx)
 	if err != nil {
 		return steady{}, err
 	}
@@ -286,7 +288,7 @@ func measureSteady(ctx context.Context, a *arena) (steady, error) {
 	if a.etcd != nil {
 		s.RequestsPerSec = q
 	} else {
-		s.QueriesPerSec, s.QueriesPerCand, s.RoundTripsPerSec = q, q/float64(n), q+(afterPrep-beforePrep)/elapsed
+		s.QueriesPerSec, s.QueriesPerCand, s.RoundTripsPerSec = q, q/float64(n), q+(afterBesides-beforeBesides)/elapsed
 	}
 	if a.elections > 1 {
 		s.Elections, s.AllLedS = a.elections, allLedS
@@ -351,10 +353,10 @@ func (a *arena) serverPIDs() []int {
 }
 
 // counts are what the server has counted so far: the requests it received,
-// and of them the prepares. For MySQL, the statements (Questions) and
-// prepares (Com_stmt_prepare); for etcd, the gRPC messages its nodes
-// received (etcdCluster.requests), with no prepares.
-func (a *arena) counts(ctx context.Context) (requests, prepares float64, err error) {
+// and the round trips besides them. For MySQL, the statements (Questions),
+// and the prepares and pings; for etcd, the gRPC messages its nodes
+// received (etcdCluster.requests), and nothing besides.
+func (a *arena) counts(ctx context.Context) (requests, besides float64, err error) {
 	if a.etcd != nil {
 		n, err := a.etcd.requests(ctx)
 		return n, 0, err
@@ -381,10 +383,11 @@ func (a *arena) probe() float64 {
 	return 1
 }
 
-// counts are the server's counts of statements (Questions) and of prepares
-// (Com_stmt_prepare) so far.
-func counts(ctx context.Context, db *sql.DB) (questions, prepares float64, err error) {
-	rows, err := db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare')")
+// counts are the server's counts so far of statements (Questions), and of
+// the round trips Questions leaves out: prepares (Com_stmt_prepare) and
+// pings (among Com_admin_commands).
+func counts(ctx context.Context, db *sql.DB) (questions, besides float64, err error) {
+	rows, err := db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_stmt_prepare', 'Com_admin_commands')")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -398,8 +401,8 @@ func counts(ctx context.Context, db *sql.DB) (questions, prepares float64, err e
 		if name == "Questions" {
 			questions = v
 		} else {
-			prepares = v
+			besides += v
 		}
 	}
-	return questions, prepares, rows.Err()
+	return questions, besides, rows.Err()
 }
