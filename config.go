@@ -106,9 +106,9 @@ type Config struct {
 	// CheckInterval is the shortest wait of the deputy, the one waiting
 	// candidate that watches the leader for the others (GetLock), between
 	// two looks for a leader that hangs or ignores a demotion (it looks
-	// when the leader it read could first be overdue: about every Lease +
-	// Margin while one leads), and how often a LeaseRow candidate tries the
-	// lease. Other GetLock waiters send nothing while they wait: they
+	// CheckInterval after the leader it read could first be overdue: about
+	// every Lease + Margin + CheckInterval while one leads), and how often
+	// a LeaseRow candidate tries the lease. Other GetLock waiters send nothing while they wait: they
 	// block in GET_LOCK for up to an hour at a time. A DSN readTimeout
 	// shorter than these waits cuts them, as it cuts any statement that
 	// runs longer: a GetLock candidate learns it from the first two waits

@@ -20,7 +20,7 @@ import (
 // Waiting is silent: one waiting candidate, the deputy (the holder of the
 // deputy lock), waits for the election's lock and reads the record in
 // between, to kill a leader that hangs or ignores a demotion: each wait
-// lasts until the leader it read could first be overdue (see watchFor);
+// lasts until C after the leader it read could first be overdue (see watchFor);
 // every other candidate blocks on the deputy lock and becomes the deputy
 // when the server grants it. A candidate's liveness is its candidate lock,
 // which its session holds (see candidateLock). See docs/protocol.md,
@@ -306,13 +306,16 @@ func (s *pinned) contend(ctx context.Context) error {
 }
 
 // watchFor is how long the deputy may wait for the lock after reading rec,
-// in which nobody is overdue: until the leader rec names could first be
-// (Record.overdue), so that it is killed as soon as it would be by a
-// deputy that read every CheckInterval, and at least CheckInterval. A
-// later term renews after rec's, so with this candidate's lease and margin
-// it cannot be overdue sooner; one with shorter ones may be killed that
-// much later, never sooner. With no leader holding the lock as recorded (a
-// winner between its GET_LOCK and its claim), CheckInterval.
+// in which nobody is overdue: until one CheckInterval after the leader rec
+// names could first be (Record.overdue), when a deputy that read every
+// CheckInterval would have killed it at the latest, and at least
+// CheckInterval. Not at that first moment: a paused leader's idle session
+// is dropped by wait_timeout (W = ⌈L + S⌉) about then, and should be, as
+// before, rather than killed as hung. A later term renews after rec's, so
+// with this candidate's lease and margin it cannot be overdue sooner; one
+// with shorter ones may be killed that much later, never sooner. With no
+// leader holding the lock as recorded (a winner between its GET_LOCK and
+// its claim), CheckInterval.
 func watchFor(rec Record, cfg Config) time.Duration {
 	if rec.State != stateLeading || rec.Strategy != GetLock.String() || !rec.holds() {
 		return cfg.CheckInterval
@@ -321,7 +324,7 @@ func watchFor(rec Record, cfg Config) time.Duration {
 	if rec.demoted {
 		until = min(until, rec.Expiry-rec.DemotedAgo)
 	}
-	return max(until, cfg.CheckInterval)
+	return max(until, 0) + cfg.CheckInterval
 }
 
 // startTerm opens the term on the pinned session: in one statement on the

@@ -297,6 +297,9 @@ func TestRollingDeploy(t *testing.T) {
 		ops := newOperator(t, db, "deploy")
 		ctx := ctxFor(t, 3*time.Minute)
 		first := g.Next(is("start"), 30*time.Second)
+		// Every process campaigns, so that it has taken SIGTERM into its own
+		// hands, before the first is stopped.
+		waitFor(t, "the three to campaign", 30*time.Second, func() bool { return len(liveCandidates(t, ops)) == 3 })
 		// The leader's instance is replaced last: a new one, preferred,
 		// must lead before it is stopped.
 		order := []string{"v1-0", "v1-1", "v1-2"}
