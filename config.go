@@ -202,7 +202,10 @@ type Observer struct {
 	// Failover: this candidate began a term that followed another, after
 	// leaderless, on the database clock: the time since the last term's
 	// last sign of life (its recorded end; for a leader that crashed or was
-	// cut off, its last renewal, so an upper bound). Not called for an
+	// cut off, its last renewal, so an upper bound), or, for a GetLock term
+	// started in one statement on the deputy's last look, the claim's round
+	// trip: the last term's session had ended when the lock was won (the
+	// server's noticing that end is not in it). Not called for an
 	// election's first term.
 	Failover func(election string, leaderless time.Duration)
 	// Renewed: a keepalive finished after latency; err is nil if it was

@@ -220,8 +220,9 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 }
 
 // wait waits for the election's lock and reports whether it is held: with
-// try, not at all; as the deputy, up to C; otherwise it queues for the
-// deputy lock, up to queueWait, and once granted it waits as the deputy.
+// try, not at all; as the deputy, up to its watch (C at first, then see
+// watchFor); otherwise it queues for the deputy lock, up to queueWait, and
+// once granted it waits as the deputy.
 func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 	if try {
 		return s.getLock(ctx, s.lock, 0)
@@ -433,10 +434,12 @@ func (s *pinned) renew(ctx context.Context) error {
 // its record owes the next term nothing either way (a request made in the
 // instant before, not yet seen, may cost a lock-delay, never an overlap),
 // and its end overrides the next term's "lost" in the history.
+// A resignation whose release fails still records its end, through the
+// pool; the dropped session frees the lock.
 func (s *pinned) release(ctx context.Context, end ending) error {
 	if end.why == stateResigned {
 		if err := s.releaseLock(ctx); err != nil {
-			return err
+			return errors.Join(err, s.lost(ctx, end))
 		}
 		return s.g.st.endTerm(ctx, s.conn, s.lock, s.token, end)
 	}
@@ -450,7 +453,7 @@ func (s *pinned) release(ctx context.Context, end ending) error {
 func (s *pinned) releaseLock(ctx context.Context) error {
 	var released sql.NullInt64
 	if err := s.conn.QueryRowContext(ctx, text("SELECT RELEASE_LOCK(?)", s.lock)).Scan(&released); err != nil {
-		return err
+		return fmt.Errorf("RELEASE_LOCK: %w", err)
 	}
 	if released.Int64 != 1 {
 		return errors.New("RELEASE_LOCK: this session did not hold the lock")

@@ -513,7 +513,8 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 // once the lock is its own: the claim, with no read between the GET_LOCK
 // that won and it, after the leader's session was killed (the leader's
 // term still leading in the record) and after a resignation (ended
-// gracefully); the tokens grow and the history tells both ends.
+// gracefully); the tokens grow, the history tells both ends, and the
+// Observer's failover is the claim's round trip, not nothing.
 func TestTermStartsInOneStatementAfterTheWake(t *testing.T) {
 	needGetLock(t)
 	t.Parallel()
@@ -562,7 +563,11 @@ func TestTermStartsInOneStatementAfterTheWake(t *testing.T) {
 	dbA, sentA := sent()
 	dbB, sentB := sent()
 	a := newElector(t, election.GetLock, dbA, "onestatement", "a")
-	b := newElector(t, election.GetLock, dbB, "onestatement", "b")
+	cfg := fast
+	cfg.Strategy, cfg.Identity = election.GetLock, "b"
+	failovers := make(chan time.Duration, 1)
+	cfg.Observer = &election.Observer{Failover: func(_ string, d time.Duration) { failovers <- d }}
+	b := newElectorWith(t, dbB, "onestatement", cfg)
 	ta := await(t, campaign(ctx, a), 10*time.Second).term
 	rb := campaign(ctx, b)
 	waitFor(t, "b to look at the leader as the deputy", 20*time.Second, func() bool { return looks(sentB()) > 0 })
@@ -576,6 +581,9 @@ func TestTermStartsInOneStatementAfterTheWake(t *testing.T) {
 	tb := await(t, rb, 20*time.Second).term
 	startedAlone("b", sentB())
 	assertTokenAfter(t, tb.Token(), ta.Token())
+	if d := <-failovers; d <= 0 || d > 20*time.Second {
+		t.Fatalf("b's failover: %v, want the claim's round trip", d)
+	}
 
 	resignAll(t, ta) // returns once its end is written and a is free
 	before := looks(sentA())
@@ -621,8 +629,9 @@ func TestIdentityInUse(t *testing.T) {
 	assertWroteNothing(t, db, before, "the second candidate with the same identity")
 }
 
-// A DSN readTimeout (500ms) shorter than the waits (CheckInterval 1s for
-// the deputy, an hour for a queued candidate) cuts them, as the driver cuts
+// A DSN readTimeout (500ms) shorter than the waits (CheckInterval 1s and
+// then up to lease plus margin and 1s for the deputy, an hour for a queued
+// candidate) cuts them, as the driver cuts
 // any statement that runs longer. A candidate that wins at once never waits
 // and leads; a waiting one, deputy or queued, learns the limit from the
 // first cuts, says so in one WARN, waits in steps that fit under it, fails

@@ -244,27 +244,37 @@ func (s termStart) claimBumped(ctx context.Context, q querier, v claimValues, cl
 // openOn starts the term in one statement, the claim with the bump, on p:
 // the deputy's last look at the leader (pinned.contend), age ago on the
 // same session, instead of a read after the lock was won. It applies when
-// p's term was leading, not asked to step down, and owed and carried no
-// lock-delay, so that decide gave (0, nil); the claim (continued) then
-// takes the record only if that term is still there and either still
-// leading, not asked to step down and renewed within its lease plus
-// margin, or ended gracefully with its history row ended, and no delay
-// is carried and no hand-over asked for (to anyone: a hand-over is not
-// the path to make fast, and the check of its target's life is not
-// cheap): a record on which decide gives (0, nil) again, and a read now
-// would show the term acting until now.
-// Otherwise it returns errRaced, and the caller reads (open). The clock
-// the token must reach (next) is p's, moved on by age.
+// p's term was a GetLock term leading, not asked to step down, and owed
+// and carried no lock-delay, so that decide gave (0, nil); the claim
+// (continued) then takes the record only if that term is still there,
+// under GetLock, and either still leading, not asked to step down and
+// renewed within its lease plus margin, or ended gracefully with its
+// history row ended, and no delay is carried and no hand-over asked for
+// (to anyone: a hand-over is not the path to make fast, and the check of
+// its target's life is not cheap): a record on which decide gives (0, nil)
+// again, and a read now would show the term acting until now. Otherwise,
+// or if the claim could not read the history (not granted, missing,
+// locked), it returns errRaced, and the caller reads (open), which does
+// not need the history. The clock the token must reach (next) is p's,
+// moved on by age.
+//
+// The last term's session had ended when the lock was won, just before
+// the claim: the returned predecessor was last seen then, and read when
+// the claim returned, so that its history ends at the claim (lastActed)
+// and Observer.Failover counts the claim's round trip (not the server's
+// noticing that session's end, which the deputy cannot see).
 func (s termStart) openOn(ctx context.Context, q querier, p predecessor, age time.Duration) (uint64, predecessor, error) {
-	if delay, err := s.decide(p); err != nil || delay > 0 || !p.exists || p.rec.State != stateLeading || p.rec.demoted {
+	if delay, err := s.decide(p); err != nil || delay > 0 || !p.exists || p.rec.Strategy != GetLock.String() || p.rec.State != stateLeading || p.rec.demoted {
 		return 0, p, errRaced
 	}
 	p.nowUS += uint64(age.Microseconds())
-	p.rec.Renewed = p.now() // it acted until now, for its history (lastActed)
+	p.rec.Renewed = p.now()
 	claimed := p.next()
 	v := s.values(p, claimed, 0)
+	sent := time.Now()
 	token, ok, err := s.claimBumped(ctx, q, v, claimed, s.continued(v))
-	if conflict(err) || err == nil && !ok {
+	p.nowUS += uint64(time.Since(sent).Microseconds())
+	if conflict(err) || denied(err) || serverError(err, 1146, 1205) || err == nil && !ok {
 		err = errRaced
 	}
 	return token, p, err
@@ -272,9 +282,9 @@ func (s termStart) openOn(ctx context.Context, q querier, p predecessor, age tim
 
 // continued is openOn's condition on the record as r: see there.
 func (s termStart) continued(v claimValues) string {
-	return " WHERE r.lock_name = " + v.lock + " AND r.epoch = " + v.token + " AND (" +
+	return " WHERE r.lock_name = " + v.lock + " AND r.epoch = " + v.token + " AND CAST(r.strategy AS BINARY) = CAST(" + literal(GetLock.String()) + " AS BINARY) AND (" +
 		"CAST(r.state AS BINARY) = CAST(" + literal(stateLeading) + " AS BINARY) AND NOT (r.demote_epoch <=> r.epoch) AND " + ageMicros("r.renewed_at") + " <= r.lease_us" +
-		" OR r.state IN (" + literals(gracefulEnds) + ") AND EXISTS (SELECT 1 FROM `" + s.st.tbl.term + "` t WHERE t.lock_name = r.lock_name AND t.epoch = r.epoch AND t.ended_at IS NOT NULL))" +
+		" OR CAST(r.state AS BINARY) IN (" + literals(gracefulEnds) + ") AND EXISTS (SELECT 1 FROM `" + s.st.tbl.term + "` t WHERE t.lock_name = r.lock_name AND t.epoch = r.epoch AND t.ended_at IS NOT NULL))" +
 		" AND (r.delay_until IS NULL OR r.delay_until <= UTC_TIMESTAMP(6)) AND r.handover_to IS NULL" + s.holding("r", v.session)
 }
 

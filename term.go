@@ -301,7 +301,7 @@ func (t *Term) finish() {
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), bound)
 		if err = t.h.release(ctx, end); err != nil {
-			t.log.Warn("release failed; dropping the session instead", "err", err)
+			t.log.Warn("releasing the election or recording the term's end failed; the session is dropped, which frees the lock", "err", err)
 		}
 		cancel()
 	} else {
