@@ -39,6 +39,19 @@ var gracefulEnds = []string{stateResigned, stateDemoted, stateHandedOver, stateU
 type ending struct {
 	why string
 	at  time.Time
+	// serverUS is at on the database clock (Unix microseconds), once a
+	// statement has taken it there; 0 until then.
+	serverUS int64
+}
+
+// moment is the SQL for at on the database clock, and its argument.
+// Translated by timeAgo, at comes out late by the time the statement
+// waited to run; taken by an earlier statement, it does not.
+func (e ending) moment() (string, int64) {
+	if e.serverUS != 0 {
+		return atMicros, e.serverUS
+	}
+	return timeAgo, agoMicros(e.at)
 }
 
 // timeAgo is the SQL for a moment on the database clock, given how many
@@ -76,11 +89,12 @@ func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint6
 }
 
 func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uint64, end ending) error {
+	at, us := end.moment()
 	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
 		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
 		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
-		"SET r.state = ?, r.ended_at = "+timeAgo+", t.ended_at = "+timeAgo+", t.reason = ?",
-		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, agoMicros(end.at), agoMicros(end.at), end.why))
+		"SET r.state = ?, r.ended_at = "+at+", t.ended_at = "+at+", t.reason = ?",
+		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, us, us, end.why))
 	if denied(err) || serverError(err, 1146, 1205, 1213) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
@@ -92,8 +106,9 @@ func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uin
 // endRecord records in the record, if it still describes term token as
 // leading (and matches cond, SQL on its columns), how the term ended.
 func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+timeAgo+" "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, agoMicros(end.at), lock, token, stateLeading)+cond)
+	at, us := end.moment()
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+at+" "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
 	return err
 }
 

@@ -308,6 +308,53 @@ func TestShutdownOfALeaderThatDoesNotStop(t *testing.T) {
 	})
 }
 
+// A resigned term's history ends before the next term starts, however late
+// its end is written: a GetLock leader frees the lock first and records its
+// end after, here held back by the network until the next term has begun.
+func TestResignedTermEndsBeforeTheNextStarts(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		dbName := server.NewDatabase(t)
+		slow, proxy := viaProxy(t, dbName)
+		db := server.Open(t, dbName)
+		ctx := ctxFor(t, time.Minute)
+		ta := await(t, campaign(ctx, newElector(t, s, slow, "late", "a")), 10*time.Second).term
+		b := campaign(ctx, newElector(t, s, db, "late", "b"))
+		var held atomic.Bool
+		proxy.BlackholeAt(func(chunk []byte) bool { // a tap that never fires: it holds the end back
+			// A COM_QUERY packet: length (3 bytes), sequence, 0x03, the text.
+			if len(chunk) > 5 && chunk[4] == 3 && strings.HasPrefix(string(chunk[5:]), "UPDATE (SELECT 1) AS x") {
+				held.Store(true)
+				time.Sleep(200 * time.Millisecond)
+			}
+			return false
+		})
+		resignAll(t, ta)
+		tb := await(t, b, 10*time.Second).term
+		if !held.Load() {
+			t.Fatal("the leader never sent its end: the statement's prefix is out of date")
+		}
+		var ha, hb election.TermRecord
+		waitFor(t, "both terms in the history, the first with its own end", 10*time.Second, func() bool {
+			hist, err := newOperator(t, db, "late").History(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range hist {
+				switch h.Token {
+				case ta.Token():
+					ha = h
+				case tb.Token():
+					hb = h
+				}
+			}
+			return ha.Reason == "resigned" && hb.Token != 0
+		})
+		if ha.Ended.After(hb.Started) {
+			t.Errorf("term %d ended at %v, after the next one started at %v", ha.Token, ha.Ended, hb.Started)
+		}
+	})
+}
+
 // A term's history row starts when its claim returned, between the
 // record's since and the leader's first fenced write, however late the row
 // itself is written.

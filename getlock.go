@@ -434,11 +434,15 @@ func (s *pinned) renew(ctx context.Context) error {
 // its record owes the next term nothing either way (a request made in the
 // instant before, not yet seen, may cost a lock-delay, never an overlap),
 // and its end overrides the next term's "lost" in the history.
+// The release takes the end's moment on the database clock, before it
+// frees the lock: written after, the end must still precede the next
+// term's start in the history, however long its statement waited to run.
 // A resignation whose release fails still records its end, through the
 // pool; the dropped session frees the lock.
 func (s *pinned) release(ctx context.Context, end ending) error {
 	if end.why == stateResigned {
-		if err := s.releaseLock(ctx); err != nil {
+		end, err := s.releaseLock(ctx, end)
+		if err != nil {
 			return errors.Join(err, s.lost(ctx, end))
 		}
 		return s.g.st.endTerm(ctx, s.conn, s.lock, s.token, end)
@@ -446,19 +450,26 @@ func (s *pinned) release(ctx context.Context, end ending) error {
 	if err := s.g.st.endTerm(ctx, s.conn, s.lock, s.token, end); err != nil {
 		return err
 	}
-	return s.releaseLock(ctx)
+	_, err := s.releaseLock(ctx, end)
+	return err
 }
 
-// releaseLock frees the election's lock.
-func (s *pinned) releaseLock(ctx context.Context) error {
+// releaseLock frees the election's lock, and returns end with its moment
+// taken on the database clock by the same statement, before the release:
+// UTC_TIMESTAMP is the time the statement began ("evaluated only once per
+// query at the start of query execution", MySQL manual, Date and Time
+// Functions; the same in MariaDB, TestResignedTermEndsBeforeTheNextStarts).
+func (s *pinned) releaseLock(ctx context.Context, end ending) (ending, error) {
 	var released sql.NullInt64
-	if err := s.conn.QueryRowContext(ctx, text("SELECT RELEASE_LOCK(?)", s.lock)).Scan(&released); err != nil {
-		return fmt.Errorf("RELEASE_LOCK: %w", err)
+	var us int64
+	if err := s.conn.QueryRowContext(ctx, text("SELECT "+utcMicros(timeAgo)+", RELEASE_LOCK(?)", agoMicros(end.at), s.lock)).Scan(&us, &released); err != nil {
+		return end, fmt.Errorf("RELEASE_LOCK: %w", err)
 	}
 	if released.Int64 != 1 {
-		return errors.New("RELEASE_LOCK: this session did not hold the lock")
+		return end, errors.New("RELEASE_LOCK: this session did not hold the lock")
 	}
-	return nil
+	end.serverUS = us
+	return end, nil
 }
 
 // lost records, through the pool, why a term ended that the session could

@@ -233,7 +233,7 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 	}
 	s.cfg.Observer.killed(s.name, why, nil)
 	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
-	return s.endTerm(ctx, q, lock, rec.Token, ending{why, time.Now()})
+	return s.endTerm(ctx, q, lock, rec.Token, ending{why: why, at: time.Now()})
 }
 
 // scanned, scannedTime and scannedAge scan a column that may be NULL

@@ -83,7 +83,7 @@ func (s termStart) open(ctx context.Context, q querier) (token uint64, delay tim
 func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.st.cfg.Interval)
 	defer cancel()
-	s.st.endRecord(ctx, q, s.lock, claimed, ending{stateLost, time.Now()}, text(" AND conn_id = ?", s.session))
+	s.st.endRecord(ctx, q, s.lock, claimed, ending{why: stateLost, at: time.Now()}, text(" AND conn_id = ?", s.session))
 }
 
 // read reads the last term from the record, and the server's clock,
