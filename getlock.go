@@ -441,11 +441,11 @@ func (s *pinned) renew(ctx context.Context) error {
 // pool; the dropped session frees the lock.
 func (s *pinned) release(ctx context.Context, end ending) error {
 	if end.why == stateResigned {
-		end, err := s.releaseLock(ctx, end)
+		released, err := s.releaseLock(ctx, end)
 		if err != nil {
 			return errors.Join(err, s.lost(ctx, end))
 		}
-		return s.g.st.endTerm(ctx, s.conn, s.lock, s.token, end)
+		return s.g.st.endTerm(ctx, s.conn, s.lock, s.token, released)
 	}
 	if err := s.g.st.endTerm(ctx, s.conn, s.lock, s.token, end); err != nil {
 		return err
