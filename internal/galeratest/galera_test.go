@@ -111,17 +111,19 @@ func newElector(t testing.TB, db *sql.DB, name, id string) *election.Elector {
 	return e
 }
 
-// runInBackground runs e.Run with fn on a goroutine of its own until the
-// test ends: the test's clean-up ends Run's context and waits until Run has
+// runInBackground runs e.Run with fn on a goroutine of its own until stop,
+// or the test's clean-up, ends Run's context and waits until Run has
 // returned.
-func runInBackground(t testing.TB, e *election.Elector, fn func(context.Context, *election.Term) error) {
+func runInBackground(t testing.TB, e *election.Elector, fn func(context.Context, *election.Term) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		e.Run(ctx, fn)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
 }
 
 // fencedWrite records a write of holder under term's token, fenced.
@@ -914,6 +916,7 @@ func TestPoliciesAcrossNodes(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	var failing atomic.Bool
 	var terms sync.Map // identity: its current *election.Term
+	var stops []func()
 	start := func(k int, priority int32, health func(context.Context) error) {
 		cfg := timing
 		cfg.Identity, cfg.Priority, cfg.PreferAfter, cfg.Health = nodeID(k), priority, 2*timing.Lease, health
@@ -922,11 +925,11 @@ func TestPoliciesAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runInBackground(t, e, func(ctx context.Context, term *election.Term) error {
+		stops = append(stops, runInBackground(t, e, func(ctx context.Context, term *election.Term) error {
 			terms.Store(cfg.Identity, term)
 			writeLoop(t, ctx, term, cfg.Identity)
 			return nil
-		})
+		}))
 	}
 	ops, err := election.NewOperator(c.Node(3).Open(t, name), name, timing)
 	if err != nil {
@@ -975,6 +978,9 @@ func TestPoliciesAcrossNodes(t *testing.T) {
 		if k.Identity == "node-2" && (k.Alive || k.Health != "unhealthy" || k.Priority != 1) {
 			t.Fatalf("node-2 while failing: %+v, want unhealthy, not alive, priority 1", k)
 		}
+	}
+	for _, stop := range stops { // each node's reads must see the same writes
+		stop()
 	}
 	checkWrites(t, c, name)
 }
