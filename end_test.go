@@ -283,22 +283,8 @@ func TestShutdownOfALeaderThatDoesNotStop(t *testing.T) {
 		if lines := logs.lines("level=WARN", "did not return within Margin", "TestShutdownOfALeaderThatDoesNotStop"); len(lines) != 1 {
 			t.Errorf("no WARN naming the function: %q", logs.lines("level=WARN"))
 		}
-		var ha, hb election.TermRecord
-		waitFor(t, "the new term's history row", 10*time.Second, func() bool { // written once the term has begun
-			hist, err := newOperator(t, db, "shutdown").History(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, h := range hist {
-				switch h.Token {
-				case ta.Token():
-					ha = h
-				case tb.Token():
-					hb = h
-				}
-			}
-			return hb.Token != 0
-		})
+		// The new term's row is written once the term has begun.
+		ha, hb := twoTerms(ctx, t, newOperator(t, db, "shutdown"), ta.Token(), tb.Token(), func(_, hb election.TermRecord) bool { return hb.Token != 0 })
 		// The database's clock and this one are the same machine's.
 		if ha.Reason != "resigned" || ha.Ended.Before(began.Add(-time.Millisecond)) || ha.Ended.After(hb.Started) {
 			t.Errorf("the abandoned term's history: %s at %v; the shutdown began at %v, the next term at %v", ha.Reason, ha.Ended, began, hb.Started)
@@ -333,26 +319,35 @@ func TestResignedTermEndsBeforeTheNextStarts(t *testing.T) {
 		if !held.Load() {
 			t.Fatal("the leader never sent its end: the statement's prefix is out of date")
 		}
-		var ha, hb election.TermRecord
-		waitFor(t, "both terms in the history, the first with its own end", 10*time.Second, func() bool {
-			hist, err := newOperator(t, db, "late").History(ctx, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, h := range hist {
-				switch h.Token {
-				case ta.Token():
-					ha = h
-				case tb.Token():
-					hb = h
-				}
-			}
-			return ha.Reason == "resigned" && hb.Token != 0
+		ha, hb := twoTerms(ctx, t, newOperator(t, db, "late"), ta.Token(), tb.Token(), func(ha, hb election.TermRecord) bool {
+			return ha.Reason == "resigned" && hb.Token != 0 // both rows, the first with its own end
 		})
 		if ha.Ended.After(hb.Started) {
 			t.Errorf("term %d ended at %v, after the next one started at %v", ha.Token, ha.Ended, hb.Started)
 		}
 	})
+}
+
+// twoTerms polls the history that ops reads until the rows of terms a and
+// b (zero values until found) satisfy ready, and returns them.
+func twoTerms(ctx context.Context, t *testing.T, ops *election.Operator, a, b uint64, ready func(ha, hb election.TermRecord) bool) (ha, hb election.TermRecord) {
+	t.Helper()
+	waitFor(t, "the two terms' history rows", 10*time.Second, func() bool {
+		hist, err := ops.History(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hist {
+			switch h.Token {
+			case a:
+				ha = h
+			case b:
+				hb = h
+			}
+		}
+		return ready(ha, hb)
+	})
+	return ha, hb
 }
 
 // A term's history row starts when its claim returned, between the
