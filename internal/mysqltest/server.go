@@ -42,6 +42,8 @@ type Server struct {
 	tidb         bool       // a tidb-server (StartTiDB), not mariadbd or mysqld
 	runAs        *user.User // the OS user the server runs as; nil: this process's
 	options      []string   // server options after the harness's own
+	env          []string   // added to the server's environment (StartSteppable)
+	clockFile    string     // libfaketime's offset file, if its clock can be stepped
 	mu           sync.Mutex
 	cmd          *exec.Cmd
 	exited       chan struct{}
@@ -317,7 +319,11 @@ func (s *Server) command(extra ...string) *exec.Cmd {
 		"--innodb-buffer-pool-size=64M",
 		"--innodb-flush-log-at-trx-commit=2",
 	}
-	return s.withProcAttr(exec.Command(s.bin, append(append(args, s.options...), extra...)...))
+	cmd := exec.Command(s.bin, append(append(args, s.options...), extra...)...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
+	return s.withProcAttr(cmd)
 }
 
 // withProcAttr makes cmd a process group of its own that dies with this
