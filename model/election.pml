@@ -13,7 +13,9 @@
  * policy, Config.PreferAfter, asks for a hand-over or a demotion, any number
  * of times), EXTKILL (one KILL from outside), FENCED (fenced transactions),
  * DOWNSTREAM (writes to a Fence), FAILOVER (the primary dies once), INFLIGHT
- * (a downstream write arrives late). Config.Health needs no option: an
+ * (a downstream write arrives late), CLOCKSTEP (the server's clock steps,
+ * forward or back, any number of times, and the waiters judge ages by their
+ * own watch of it: see below). Config.Health needs no option: an
  * unhealthy leader's end is a Resign, which any leader may do at any time.
  * A variant removes one rule of the safety argument:
  *
@@ -31,6 +33,12 @@
  *   COMMIT_AFTER_TERM Fenced sends its COMMIT without checking IsLeader
  *   NO_CARRY_LOCK_DELAY the lock-delay is owed by the next term only, not
  *                     carried over in the record until it ends
+ *   SERVER_AGE        (with CLOCKSTEP) ages and the carried lock-delay are
+ *                     read on the server's clock, as before the watch
+ *   FIRST_LOOK        (with CLOCKSTEP) a value a waiter has not seen before
+ *                     is as old as the server's clock says
+ *   SERVER_DELAY      (with CLOCKSTEP) the carried lock-delay alone is read
+ *                     on the server's clock
  *
  * LOCKDELAY_PROMISE makes P3 stronger (below): the carried lock-delay is
  * what it needs (docs/verification.md, "The model").
@@ -130,12 +138,30 @@ bit lostbump;                   /* the replica lacks the last bump and has bumpe
 byte epoch;
 byte rholder = NONE, rstate = FREE;
 bit rlive;                      /* GetLock: the recorded session (conn_id) still exists */
-byte renew_age = AGECAP;        /* age of renewed_at on the server's clock */
+byte renew_age = AGECAP;        /* age of renewed_at: on the server's clock, which runs true but for its steps */
 bit demoted, handover;          /* demote_epoch = epoch; handover_to */
 byte demote_age, hto;
 byte prev_epoch, prev_dbhw;     /* before the last bump: what a replica may have */
 #ifndef NO_CARRY_LOCK_DELAY
 byte rdelay;                    /* delay_until: ticks until the lock-delay owed ends */
+#endif
+#ifdef CLOCKSTEP
+/* Each candidate's watch of the server's clock and of the record
+ * (serverClock and Record.vouch, clock.go): its reads form a run while the
+ * server's clock moves as its own between them; a step (or a read of
+ * another server) starts a new run at its next read (wstale). A stamp made
+ * within the run has the age the server's clock gives; one made before is
+ * taken as made at the run's first read, which in this model of one
+ * election is the read that first sees it. A value of the renewal or the
+ * demotion keeps the age vouched for at its first sight, counted on from
+ * there on the candidate's own clock (robs, dobs). */
+byte robs[2], dobs[2];
+bit wstale[2], rseen[2], dseen[2];
+byte dltot;                     /* delay_until as written by the claim: ticks from the claim */
+#if defined(SERVER_AGE) || defined(FIRST_LOOK) || defined(SERVER_DELAY)
+#define SRVCLOCK
+bit rfwd, dfwd, dlfwd;          /* a step forward since the renewal, the demotion, delay_until was written */
+#endif
 #endif
 /* the lock table, the pinned sessions */
 byte lockh = NONE;
@@ -186,6 +212,60 @@ hidden byte tmp;
 /* termStart.handingOver */
 #define HANDING(c) (handover && hto != c && ALIVE(hto))
 
+/* The ages candidate c decides by (Record.stale, Record.defied,
+ * Record.lockDelay, the carried delay_until): the server's, or with
+ * CLOCKSTEP those its watch vouches for, read on its own clock, which may
+ * run fast by up to DRIFT (WATCHDRIFT). */
+#ifdef CLOCKSTEP
+#ifdef FIRST_LOOK
+#define FIRST_R(c) (rfwd -> AGECAP : renew_age)
+#define FIRST_D(c) (dfwd -> AGECAP : demote_age)
+#else
+#define FIRST_R(c) (wstale[c] -> 0 : renew_age)
+#define FIRST_D(c) (wstale[c] -> 0 : demote_age)
+#endif
+#ifdef SERVER_AGE
+#define RAGE(c) (rfwd -> AGECAP : renew_age)
+#define DAGE(c) (dfwd -> AGECAP : demote_age)
+#define DLEFT(c) (dlfwd -> 0 : rdelay)
+#else
+#define RAGE(c) (rseen[c] -> robs[c] : FIRST_R(c))
+#define DAGE(c) (dseen[c] -> dobs[c] : FIRST_D(c))
+#ifdef SERVER_DELAY
+#define DLEFT(c) (dlfwd -> 0 : rdelay)
+#else
+/* the claim's since: delay_until counts from it, exactly if it was
+ * written within the run, else from the run's first read */
+#define DLEFT(c) (wstale[c] -> dltot : rdelay)
+#endif
+#endif
+#define WATCHDRIFT(dd) dd
+/* c reads the record: what it sees first is fixed (Record.vouch) */
+inline look(c) {
+	if :: !rseen[c] -> robs[c] = RAGE(c); rseen[c] = 1 :: else fi;
+	if :: demoted && !dseen[c] -> dobs[c] = DAGE(c); dseen[c] = 1 :: else fi;
+	wstale[c] = 0
+}
+/* the record's renewal, its demotion, its delay_until take new values */
+#ifdef SRVCLOCK
+#define NEW_RENEWAL() rseen[0] = 0; rseen[1] = 0; robs[0] = 0; robs[1] = 0; rfwd = 0
+#define NEW_DEMOTION() dseen[0] = 0; dseen[1] = 0; dobs[0] = 0; dobs[1] = 0; dfwd = 0
+#define NEW_DELAY(d) dltot = d; dlfwd = 0
+#else
+#define NEW_RENEWAL() rseen[0] = 0; rseen[1] = 0; robs[0] = 0; robs[1] = 0
+#define NEW_DEMOTION() dseen[0] = 0; dseen[1] = 0; dobs[0] = 0; dobs[1] = 0
+#define NEW_DELAY(d) dltot = d
+#endif
+#else
+#define RAGE(c) renew_age
+#define DAGE(c) demote_age
+#define DLEFT(c) rdelay
+#define WATCHDRIFT(dd) 0
+#define NEW_RENEWAL() skip
+#define NEW_DEMOTION() skip
+#define NEW_DELAY(d) skip
+#endif
+
 /* A session ends: the server frees its locks; a statement blocked in it fails. */
 inline sess_die(c) {
 	sess[c] = DEAD; idle[c] = 0;
@@ -208,7 +288,7 @@ inline sess_die(c) {
 #endif
 inline renew_eval(c, age) {
 	if
-	:: OURS(c) && CLEAR(c) -> renew_age = age; ka[c] = R_OK
+	:: OURS(c) && CLEAR(c) -> renew_age = age; NEW_RENEWAL(); ka[c] = R_OK
 	:: OURS(c) && !CLEAR(c) -> ka[c] = R_DEMOTED
 	:: else -> ka[c] = R_LOST
 	fi
@@ -255,11 +335,11 @@ inline renew_eval(c, age) {
  * clock; the lock-delay (Term.waitLockDelay) is dd ticks shorter on a fast one.
  */
 #if GETLOCK
-#define CLAIM_GUARD (cst[me] == START && sess[me] == IDLE && lockh == me && \
+#define CLAIM_GUARD(dd) (cst[me] == START && sess[me] == IDLE && lockh == me && \
 	!(rstate == LEADING && renew_age < STALE && HOLDS && rholder != me))
 #else
-#define CLAIM_GUARD (cst[me] == START && \
-	!(rstate == LEADING && renew_age < STALE && !(demoted && demote_age >= DSTALE)))
+#define CLAIM_GUARD(dd) (cst[me] == START && \
+	!(rstate == LEADING && RAGE(me) + WATCHDRIFT(dd) < STALE && !(demoted && DAGE(me) + WATCHDRIFT(dd) >= DSTALE)))
 #endif
 #ifdef NO_LOCK_DELAY
 #define LOCK_DELAY(dd) delay[me] = 0
@@ -276,10 +356,11 @@ inline renew_eval(c, age) {
  * now), and every claim owes the later of it and its predecessor's */
 #define LOCK_DELAY(dd) \
 	if \
-	:: (rstate == KILLED || demoted) && rstate != GRACEFUL && STALE > renew_age && STALE - renew_age > rdelay -> \
-		rdelay = STALE - renew_age \
-	:: else \
+	:: (rstate == KILLED || demoted) && rstate != GRACEFUL && STALE > RAGE(me) && STALE - RAGE(me) > DLEFT(me) -> \
+		rdelay = STALE - RAGE(me) \
+	:: else -> rdelay = DLEFT(me) \
 	fi; \
+	NEW_DELAY(rdelay); \
 	if :: rdelay > dd -> delay[me] = rdelay - dd :: else -> delay[me] = 0 fi
 #endif
 #endif
@@ -290,14 +371,14 @@ inline renew_eval(c, age) {
 	if :: L + dl > sent_age[me] -> lease[me] = L + dl - sent_age[me] :: else -> lease[me] = 0 fi
 #endif
 #define CLAIM(dl, dd) \
-	:: d_step { CLAIM_GUARD && srv != DOWN && !SLOCKED && gterm < MAXTERMS && !HANDING(me) && ONE_PER_TICK -> \
+	:: d_step { CLAIM_GUARD(dd) && srv != DOWN && !SLOCKED && gterm < MAXTERMS && !HANDING(me) && ONE_PER_TICK -> \
 		LOCK_DELAY(dd); \
 		BUMP(); \
 		assert(tmp > max_issued);	/* P1 */ \
 		max_issued = tmp; FO_NOTE(); \
 		epoch = tmp; gterm++; tokof[gterm] = tmp; term[me] = gterm; DB_NOTE(); tmp = 0; \
-		rholder = me; rstate = LEADING; rlive = GETLOCK; renew_age = 0; \
-		demoted = 0; demote_age = 0; handover = 0; hto = 0; \
+		rholder = me; rstate = LEADING; rlive = GETLOCK; renew_age = 0; NEW_RENEWAL(); \
+		demoted = 0; demote_age = 0; NEW_DEMOTION(); handover = 0; hto = 0; \
 		LEASE_START(dl); \
 		sent_age[me] = 0; stepped[me] = ACTING; cut[me] = 0; ka[me] = KNONE; cst[me] = LEAD; idle[me] = 0; \
 		printf("c%d starts term %d, token %d: lease %d, lock-delay %d\n", me, gterm, epoch, lease[me], delay[me]); \
@@ -361,8 +442,21 @@ proctype Cand(byte me) {
 	:: d_step { cst[me] == WAIT -> cst[me] = START; sent_age[me] = 0 }
 	/* termStart.decide: ErrHeld, errYield */
 	:: d_step { cst[me] == START && srv != DOWN &&
-		(rstate == LEADING && renew_age < STALE && !(demoted && demote_age >= DSTALE) || HANDING(me)) ->
+		(rstate == LEADING && RAGE(me) < STALE && !(demoted && DAGE(me) >= DSTALE) || HANDING(me)) ->
+#ifdef CLOCKSTEP
+		look(me);
+#endif
 		cst[me] = WAIT; sent_age[me] = 0 }
+#endif
+#if defined(CLOCKSTEP) && GETLOCK
+	/* the deputy, a waiter, reads the record: its watch takes what it sees */
+	:: d_step { cst[me] == WAIT && srv != DOWN -> look(me) }
+	/* pinned.contend, sharedSession.poll: the deputy, a waiter, kills a
+	 * holder whose renewal it has seen unchanged for L + S by its own
+	 * clock (Record.overdue on the ages it vouches for), then store.kill */
+	:: d_step { cst[me] == WAIT && srv != DOWN && rstate == LEADING && HOLDS && RAGE(me) + DRIFT >= STALE ->
+		printf("c%d kills c%d's session: its renewal %d old as it vouches\n", me, rholder, RAGE(me));
+		sess_die(rholder); rstate = KILLED; look(me) }
 #endif
 	CLAIM(0, 0)
 	CLAIM(0, DRIFT)
@@ -433,8 +527,13 @@ proctype Cand(byte me) {
 		fi;
 		printf("c%d's term %d ends, recorded\n", me, term[me]);
 		term_over() }
-	/* the process dies, or the end is not written (store.owe) */
-	:: d_step { cst[me] == LEAD -> printf("c%d's term %d ends, unrecorded\n", me, term[me]); term_over() }
+	/* the process dies, or the end is not written (store.owe); a process
+	 * that starts again watches anew */
+	:: d_step { cst[me] == LEAD -> printf("c%d's term %d ends, unrecorded\n", me, term[me]); term_over();
+#ifdef CLOCKSTEP
+		wstale[me] = 1; rseen[me] = 0; dseen[me] = 0; robs[me] = 0; dobs[me] = 0
+#endif
+		}
 
 #ifdef FENCED
 	/* Term.Fenced: BEGIN, fencedTxn.check (the epoch row LOCK IN SHARE MODE, = token), fn's writes */
@@ -470,8 +569,11 @@ inline failover() {
 #endif
 	ftx = FNONE; fc = 0; fterm = 0; prev_epoch = 0; prev_dbhw = 0;
 	/* the replica's record: whatever it says, the model takes it as free */
-	rholder = NONE; rstate = FREE; rlive = 0; renew_age = AGECAP;
-	demoted = 0; demote_age = 0; handover = 0; hto = 0; lockh = NONE;
+	rholder = NONE; rstate = FREE; rlive = 0; renew_age = AGECAP; NEW_RENEWAL();
+	demoted = 0; demote_age = 0; NEW_DEMOTION(); handover = 0; hto = 0; lockh = NONE;
+#ifdef CLOCKSTEP
+	wstale[0] = 1; wstale[1] = 1;   /* another server's clock */
+#endif
 #ifndef NO_CARRY_LOCK_DELAY
 	rdelay = 0;
 #endif
@@ -510,9 +612,16 @@ proctype Env() {
 	:: d_step { sess[1] == IDLE && idle[1] >= W -> printf("the server drops c1's idle session\n"); sess_die(1) }
 #endif
 	/* pinned.contend, Operator.demote: Record.overdue on a read with IS_USED_LOCK,
-	 * then store.kill (KILL CONNECTION, endTerm) */
+	 * then store.kill (KILL CONNECTION, endTerm); with CLOCKSTEP the
+	 * deputy's kill of a hung leader is its own (Cand), and a demotion is
+	 * as old as its requester's clock says, or older than the deputy's */
+#ifdef CLOCKSTEP
+#define HUNG 0
+#else
+#define HUNG (renew_age >= STALE)
+#endif
 	:: d_step { srv != DOWN && rstate == LEADING && HOLDS &&
-		(renew_age >= STALE || demoted && demote_age >= DSTALE) ->
+		(HUNG || demoted && demote_age >= DSTALE) ->
 		printf("c%d's session killed: renewed %d ago, demoted %d ago\n", rholder, renew_age, demote_age);
 		sess_die(rholder); rstate = KILLED }
 #ifdef EXTKILL
@@ -536,9 +645,9 @@ proctype Env() {
 #define REQUESTED (!ndemote && srv != DOWN && rstate == LEADING && renew_age < STALE && HOLDS)
 #endif
 	:: d_step { REQUESTED ->
-		ndemote = 1; demoted = 1; demote_age = 0; printf("c%d is asked to step down\n", rholder) }
+		ndemote = 1; demoted = 1; demote_age = 0; NEW_DEMOTION(); printf("c%d is asked to step down\n", rholder) }
 	:: d_step { REQUESTED ->
-		ndemote = 1; demoted = 1; demote_age = 0; handover = 1; hto = 1 - rholder;
+		ndemote = 1; demoted = 1; demote_age = 0; NEW_DEMOTION(); handover = 1; hto = 1 - rholder;
 		printf("c%d is asked to hand over\n", rholder) }
 #endif
 #ifdef FAILOVER
@@ -548,11 +657,25 @@ proctype Env() {
 	:: d_step { !nfail && srv == UP_A && gterm > 0 -> epoch = prev_epoch; dbhw = prev_dbhw; lostbump = 1; failover();
 		printf("the primary dies; the replica lacks the last bump\n") }
 #endif
+#ifdef CLOCKSTEP
+	/* the server's clock steps, forward or back: every watcher starts a
+	 * new run at its next read; ages on the server's clock jump */
+	:: d_step { !(wstale[0] && wstale[1]) ->
+		wstale[0] = 1; wstale[1] = 1;
+#ifdef SRVCLOCK
+		rfwd = 1; dfwd = 1; dlfwd = 1;
+#endif
+		printf("the server's clock steps\n") }
+#endif
 	:: (0) -> skip	/* (no empty loop) */
 	od
 }
 
 inline tick(c) {
+#ifdef CLOCKSTEP
+	if :: rseen[c] && robs[c] < AGECAP -> robs[c]++ :: else fi;
+	if :: dseen[c] && demoted && rstate == LEADING && dobs[c] < AGECAP -> dobs[c]++ :: else fi;
+#endif
 	if :: lease[c] > 0 -> lease[c]-- :: else fi;
 	if :: delay[c] > 0 -> delay[c]-- :: else fi;
 	if :: (cst[c] == START || ka[c] != KNONE) && sent_age[c] < AGECAP -> sent_age[c]++ :: else fi;
@@ -587,6 +710,9 @@ init {
 	atomic {
 #if !GETLOCK
 		cst[0] = WAIT; cst[1] = WAIT;
+#endif
+#ifdef CLOCKSTEP
+		wstale[0] = 1; wstale[1] = 1;   /* a waiter starts watching late */
 #endif
 		run Clock(); run Env(); run Cand(0); run Cand(1)
 	}

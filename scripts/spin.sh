@@ -40,6 +40,9 @@ runs=(
   "model|getlock, COMMIT after the term|hold|-DCOMMIT_AFTER_TERM -DEXTKILL -DFENCED -DFAILOVER"
   "model|getlock, a demoted killed at once|hold|-DDEMOTE_AT_ONCE -DSTUCK -DDEMOTE"
   "model|getlock, the lock-delay's promise|hold|-DLOCKDELAY_PROMISE -DSTUCK -DDEMOTE -DEXTKILL"
+  "model|getlock, clock steps|hold|-DCLOCKSTEP -DSTUCK"
+  "model|getlock, clock steps, the promise, 2 terms|hold|-DCLOCKSTEP -DSTUCK -DDEMOTE -DEXTKILL -DLOCKDELAY_PROMISE -DMAXTERMS=2"
+  "model|leaserow, clock steps|hold|-DLEASEROW -DCLOCKSTEP -DSTUCK -DDEMOTE -DFENCED"
   "variant|a getlock wait_timeout = L|fail|-DWAIT_EQ_LEASE"
   "variant|b getlock no epoch comparison|fail|-DNO_EPOCH_CHECK -DFENCED -DEXTKILL"
   "variant|b leaserow no epoch comparison|fail|-DLEASEROW -DNO_EPOCH_CHECK -DFENCED -DFAILOVER"
@@ -58,6 +61,10 @@ runs=(
   "variant|h leaserow renewal unchecked|fail|-DLEASEROW -DRENEW_UNCHECKED -DDEMOTE"
   "variant|i getlock lock-delay not carried over|fail|-DLOCKDELAY_PROMISE -DNO_CARRY_LOCK_DELAY -DDEMOTE -DEXTKILL"
   "variant|i getlock demoted killed at once, not carried|fail|-DDEMOTE_AT_ONCE -DNO_CARRY_LOCK_DELAY -DDEMOTE"
+  "variant|j getlock ages on the server's clock|fail|-DCLOCKSTEP -DSERVER_AGE -DSTUCK"
+  "variant|j leaserow ages on the server's clock|fail|-DLEASEROW -DCLOCKSTEP -DSERVER_AGE"
+  "variant|k leaserow first look on the server's clock|fail|-DLEASEROW -DCLOCKSTEP -DFIRST_LOOK"
+  "variant|l getlock carried delay on the server's clock|fail|-DCLOCKSTEP -DSERVER_DELAY -DLOCKDELAY_PROMISE -DDEMOTE -DEXTKILL"
   "finding|getlock lock-delay carried over, S = DRIFT|fail|-DS=1 -DLOCKDELAY_PROMISE -DDEMOTE -DEXTKILL"
 )
 
