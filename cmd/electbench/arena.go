@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,6 +89,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser // arms and springs the candidate's trap
 	drained chan struct{}  // closed once cmd's output has been read to its end
+	killed  *atomic.Int64  // when the parent SIGKILLed cmd (Unix ns), 0 if it did not
 }
 
 // newArena creates the contender's database on srv, or for etcd starts
@@ -199,12 +202,16 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting candidate %s: %w", id, err)
 	}
-	drained := make(chan struct{})
+	drained, killed := make(chan struct{}), new(atomic.Int64)
 	go func() {
 		a.read(out)
+		// A killed leader prints no end: its term acted until its
+		// process was SIGKILLed, or else until its output ended
+		// (actingSpans).
+		a.events <- event{Ev: "exit", ID: id, At: cmp.Or(killed.Load(), time.Now().UnixNano())}
 		close(drained)
 	}()
-	p.cmd, p.stdin, p.drained = cmd, in, drained
+	p.cmd, p.stdin, p.drained, p.killed = cmd, in, drained, killed
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
@@ -344,6 +351,12 @@ func (p *proc) wait() error {
 	return p.cmd.Wait()
 }
 
+// kill SIGKILLs p's process, and notes when.
+func (p *proc) kill() {
+	p.killed.CompareAndSwap(0, time.Now().UnixNano())
+	p.cmd.Process.Kill()
+}
+
 // stop waits up to limit for p's process to end, then kills it.
 func (p *proc) stop(limit time.Duration) {
 	done := make(chan struct{})
@@ -354,7 +367,7 @@ func (p *proc) stop(limit time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(limit):
-		p.cmd.Process.Kill()
+		p.kill()
 		<-done
 	}
 }

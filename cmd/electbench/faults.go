@@ -152,7 +152,7 @@ func learns(fault string) bool {
 func (a *arena) strike(ctx context.Context, fault string, p *proc) error {
 	switch fault {
 	case fSIGKILL:
-		p.cmd.Process.Kill()
+		p.kill()
 	case fSIGTERM:
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	case fSIGSTOP:

@@ -121,6 +121,8 @@ func (t *trap) reach(point string) {
 	sig := syscall.SIGSTOP
 	if action == "kill" {
 		sig = syscall.SIGKILL
+		// Its term acts no longer: the parent sees the output end later.
+		t.emit(event{Ev: "exit"})
 	}
 	// To this thread, not the process: a signal sent to the process goes
 	// to its main thread, and this one would run on for a while (measured:
