@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -70,6 +71,8 @@ type arena struct {
 	// nodes are then unset.
 	etcd *etcdCluster
 
+	clockRand *rand.Rand // draws the clock faults' steps from the seed
+
 	mu      sync.Mutex
 	procs   map[string]*proc
 	events  chan event
@@ -92,6 +95,10 @@ type proc struct {
 	killed  *atomic.Int64  // when the parent SIGKILLed cmd (Unix ns), 0 if it did not
 }
 
+// clockStream is the stream of the seed's random numbers that draws the
+// clock faults' steps: chaos deals the faults from stream 0.
+const clockStream = 1
+
 // newArena creates the contender's database on srv, or for etcd starts
 // its etcd, and starts the spec's candidates.
 func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*arena, error) {
@@ -99,7 +106,8 @@ func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*aren
 	if err != nil {
 		return nil, err
 	}
-	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), self: self, procs: map[string]*proc{}, events: make(chan event, 1<<16)}
+	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), self: self, procs: map[string]*proc{}, events: make(chan event, 1<<16),
+		clockRand: rand.New(rand.NewPCG(spec.seed, clockStream))}
 	if isEtcd(spec.contender) {
 		nodes := 1
 		if spec.contender == etcd3 {

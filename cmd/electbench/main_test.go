@@ -222,7 +222,8 @@ func TestCheckersFindViolations(t *testing.T) {
 }
 
 // -quick shortens only the timing flags that were not given, and chaos
-// refuses fault kinds it does not know, and -policies but for this
+// refuses fault kinds it does not know but takes the clock faults, which
+// it does not draw unless asked, and refuses -policies but for this
 // library's contenders in one election.
 func TestFlags(t *testing.T) {
 	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
@@ -240,6 +241,12 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseChaos([]string{"-fault-kinds", "sigkill,sigkil"}, &options{}); err == nil || !strings.Contains(err.Error(), `unknown fault "sigkil"`) {
 		t.Errorf("chaos -fault-kinds sigkill,sigkil: %v", err)
+	}
+	if p, err := parseChaos([]string{"-fault-kinds", "clock-back-kill,sigkill"}, &options{}); err != nil || !slices.Equal(p.kinds, []string{fClockBackKill, fSIGKILL}) {
+		t.Errorf("chaos -fault-kinds clock-back-kill,sigkill: %+v, %v", p, err)
+	}
+	if p, err := parseChaos(nil, &options{}); err != nil || slices.ContainsFunc(p.kinds, isClock) {
+		t.Errorf("chaos draws from %v by default (%v): no clock fault unless asked", p.kinds, err)
 	}
 	for _, args := range [][]string{{"-contender", plainGetLock}, {"-contender", recipeSame}, {"-shards", "4"}} {
 		if _, err := parseChaos(append([]string{"-policies"}, args...), &options{}); err == nil || !strings.Contains(err.Error(), "-policies") {

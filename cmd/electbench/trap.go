@@ -151,6 +151,7 @@ func (a *arena) spring(ctx context.Context, tr trial, point, action string, old 
 		}
 	}
 	t0, from := time.Now(), len(a.log)
+	tr.At = t0.UnixNano()
 	if point != pointFenced {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
