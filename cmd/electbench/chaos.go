@@ -64,6 +64,7 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 		reads()
 		return err
 	}
+	stopped := time.Now()
 	o.steps().done()
 	a.stopAll()
 	a.reads = reads()
@@ -80,6 +81,8 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 		ended = endings(terms)
 		nameHistoryReasons(trials, terms)
 	}
+	acting := actingOverlaps(a.log, trials, stopped)
+	checkOverlaps(a, acting, &v)
 	clock := checkClock(a, trials, &v)
 	if p.shards > 0 {
 		fmt.Fprintf(out, "each candidate a member of a group of %d shards; shard 0 written and checked\n", p.shards)
@@ -94,12 +97,14 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	}
 	sums := summarize(trials)
 	printTable(out, sums, []verdict{v}, nil)
+	fmt.Fprintln(out)
+	printOverlaps(out, acting)
 	if len(clock.Faults) > 0 {
-		fmt.Fprintln(out, "\nthe checker's OVERLAP above is the writes' span on the server's clock, which the clock faults stepped")
+		fmt.Fprintln(out, "\nthe checker's OVERLAP above is the writes' span on the server's clock, which the clock faults stepped; the acting leaders' is on the machine's")
 		printClock(out, clock, trials, sums)
 	}
 	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "shards": p.shards, "policies": p.policies, "faults": counts, "ended": ended,
-		"trials": trials, "verdict": v, "clock": clock}); err != nil {
+		"trials": trials, "verdict": v, "acting_overlap": acting, "clock": clock}); err != nil {
 		return err
 	}
 	if len(v.Violations) > 0 {

@@ -18,7 +18,7 @@ import (
 // Clock faults: the private server's wall clock stepped (StepClock), as
 // NTP or an operator steps a database host's, while the candidates'
 // clocks run on. A healthy leader must outlast them: no term may end
-// (trial.Deposed). With the
+// (trial.Deposed) and no two may act at once (overlap.go). With the
 // leader SIGKILLed at once, the next must lead no later than after a plain
 // SIGKILL: within a check interval of the slowest of the run.
 const (

@@ -60,6 +60,9 @@
 //     candidates stopped and finds the broken guarantees.
 //   - linearize.go: the second checker: the register's history, with the
 //     parent's reads, checked by Porcupine against a fenced register.
+//   - overlap.go: the third (chaos): the leaders' own acting spans, from
+//     their events on the machine's clock, any two at once laid to the
+//     fault during which they began.
 //   - report.go: summaries, the tables, the SVG chart, the JSON files and the
 //     report subcommand that merges the JSON of several runs.
 //   - bench.go: the comparison (the default subcommand): every contender
