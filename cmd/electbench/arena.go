@@ -458,12 +458,23 @@ func (a *arena) leader(limit time.Duration) (event, bool) {
 }
 
 // actingLeader returns the start event of the newest term that has not
-// ended, once that term is 200 ms old and has written.
+// ended, once that term is 200 ms old and has written. A term ends with its
+// end event or with its process: a killed leader prints no end, and its
+// term must not pass for the leader until the next term's begins.
 func (a *arena) actingLeader() (event, bool) {
 	ended := map[string]bool{}
+	terms := map[string][]string{} // each candidate's, so far
 	for _, e := range a.log {
-		if e.Ev == "end" {
+		switch e.Ev {
+		case "start":
+			terms[e.ID] = append(terms[e.ID], e.Term)
+		case "end":
 			ended[e.Term] = true
+		case "exit":
+			for _, t := range terms[e.ID] {
+				ended[t] = true
+			}
+			delete(terms, e.ID)
 		}
 	}
 	var cur *event

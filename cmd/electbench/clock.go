@@ -157,6 +157,9 @@ func (a *arena) stepClock(ctx context.Context, tr trial, fault string, old event
 		case e.At < tr.At: // printed before the fault struck
 		case e.Ev == "end":
 			tr.Deposed = append(tr.Deposed, termEnd{ID: e.ID, Term: e.Term, Reason: e.Reason, AfterS: time.Unix(0, e.At).Sub(t0).Seconds()})
+		case e.Ev == "exit" && e.ID == old.ID && !clockKills(fault):
+			// Its stderr is not kept: a leader that crashed says no more.
+			tr.Deposed = append(tr.Deposed, termEnd{ID: e.ID, Term: old.Term, Reason: "its process exited", AfterS: time.Unix(0, e.At).Sub(t0).Seconds()})
 		case !clockKills(fault) && newTerm(e) && tr.FailoverS < 0:
 			tr.FailoverS = time.Unix(0, e.At).Sub(t0).Seconds()
 		}

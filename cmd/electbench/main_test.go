@@ -339,3 +339,28 @@ func TestScale(t *testing.T) {
 		t.Errorf("many elections: %+v", c)
 	}
 }
+
+// The acting leader is the newest term that has not ended, by its end
+// event or by its process's exit: a killed leader's term is not the leader
+// while its successor has yet to begin.
+func TestActingLeaderEndsWithItsProcess(t *testing.T) {
+	at := time.Now().Add(-time.Second).UnixNano()
+	a := &arena{log: []event{
+		{Ev: "start", ID: "c0", Term: "1", At: at},
+		{Ev: "write", ID: "c0", Term: "1", OK: true, At: at + 1},
+		{Ev: "start", ID: "c1", Term: "2", At: at + 2},
+		{Ev: "write", ID: "c1", Term: "2", OK: true, At: at + 3},
+		{Ev: "exit", ID: "c1", At: at + 4},
+	}}
+	if e, ok := a.actingLeader(); !ok || e.Term != "1" {
+		t.Errorf("term 2's process exited: acting leader %+v, %v; want term 1", e, ok)
+	}
+	a.log = append(a.log, event{Ev: "end", ID: "c0", Term: "1", At: at + 5})
+	if e, ok := a.actingLeader(); ok {
+		t.Errorf("both terms ended: acting leader %+v", e)
+	}
+	a.log = append(a.log, event{Ev: "start", ID: "c1", Term: "3", At: at + 6}, event{Ev: "write", ID: "c1", Term: "3", OK: true, At: at + 7})
+	if e, ok := a.actingLeader(); !ok || e.Term != "3" {
+		t.Errorf("c1 started again: acting leader %+v, %v; want term 3", e, ok)
+	}
+}
