@@ -74,8 +74,12 @@ func TestChaosClock(t *testing.T) {
 			default:
 				for i, tr := range res.Trials {
 					if clockKills(tr.Fault) && !tr.NoLeader && (tr.FailoverS < 0 || tr.FailoverS > b.BoundS) {
+						took := "none within the limit"
+						if tr.FailoverS >= 0 {
+							took = secs(tr.FailoverS)
+						}
 						t.Errorf("trial %d, %s: failover %s, past %s (the slowest sigkill's %s + %s)",
-							i+1, describeClock(tr), secs(tr.FailoverS), secs(b.BoundS), secs(b.SigkillMaxS), secs(b.CheckS))
+							i+1, describeClock(tr), took, secs(b.BoundS), secs(b.SigkillMaxS), secs(b.CheckS))
 					}
 				}
 			}
