@@ -2,16 +2,19 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +71,8 @@ type arena struct {
 	// nodes are then unset.
 	etcd *etcdCluster
 
+	clockRand *rand.Rand // draws the clock faults' steps from the seed
+
 	mu      sync.Mutex
 	procs   map[string]*proc
 	events  chan event
@@ -87,7 +92,12 @@ type proc struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser // arms and springs the candidate's trap
 	drained chan struct{}  // closed once cmd's output has been read to its end
+	killed  *atomic.Int64  // when the parent SIGKILLed cmd (Unix ns), 0 if it did not
 }
+
+// clockStream is the stream of the seed's random numbers that draws the
+// clock faults' steps: chaos deals the faults from stream 0.
+const clockStream = 1
 
 // newArena creates the contender's database on srv, or for etcd starts
 // its etcd, and starts the spec's candidates.
@@ -96,7 +106,8 @@ func newArena(ctx context.Context, srv *mysqltest.Server, spec arenaSpec) (*aren
 	if err != nil {
 		return nil, err
 	}
-	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), self: self, procs: map[string]*proc{}, events: make(chan event, 1<<16)}
+	a := &arena{arenaSpec: spec, isolated: isolating(spec.faults), self: self, procs: map[string]*proc{}, events: make(chan event, 1<<16),
+		clockRand: rand.New(rand.NewPCG(spec.seed, clockStream))}
 	if isEtcd(spec.contender) {
 		nodes := 1
 		if spec.contender == etcd3 {
@@ -199,12 +210,16 @@ func (a *arena) spawn(ctx context.Context, id string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting candidate %s: %w", id, err)
 	}
-	drained := make(chan struct{})
+	drained, killed := make(chan struct{}), new(atomic.Int64)
 	go func() {
 		a.read(out)
+		// A killed leader prints no end: its term acted until its
+		// process was SIGKILLed, or else until its output ended
+		// (actingSpans).
+		a.events <- event{Ev: "exit", ID: id, At: cmp.Or(killed.Load(), time.Now().UnixNano())}
 		close(drained)
 	}()
-	p.cmd, p.stdin, p.drained = cmd, in, drained
+	p.cmd, p.stdin, p.drained, p.killed = cmd, in, drained, killed
 	a.mu.Lock()
 	a.procs[id] = p
 	a.mu.Unlock()
@@ -344,6 +359,12 @@ func (p *proc) wait() error {
 	return p.cmd.Wait()
 }
 
+// kill SIGKILLs p's process, and notes when.
+func (p *proc) kill() {
+	p.killed.CompareAndSwap(0, time.Now().UnixNano())
+	p.cmd.Process.Kill()
+}
+
 // stop waits up to limit for p's process to end, then kills it.
 func (p *proc) stop(limit time.Duration) {
 	done := make(chan struct{})
@@ -354,7 +375,7 @@ func (p *proc) stop(limit time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(limit):
-		p.cmd.Process.Kill()
+		p.kill()
 		<-done
 	}
 }
@@ -437,12 +458,23 @@ func (a *arena) leader(limit time.Duration) (event, bool) {
 }
 
 // actingLeader returns the start event of the newest term that has not
-// ended, once that term is 200 ms old and has written.
+// ended, once that term is 200 ms old and has written. A term ends with its
+// end event or with its process: a killed leader prints no end, and its
+// term must not pass for the leader until the next term's begins.
 func (a *arena) actingLeader() (event, bool) {
 	ended := map[string]bool{}
+	terms := map[string][]string{} // each candidate's, so far
 	for _, e := range a.log {
-		if e.Ev == "end" {
+		switch e.Ev {
+		case "start":
+			terms[e.ID] = append(terms[e.ID], e.Term)
+		case "end":
 			ended[e.Term] = true
+		case "exit":
+			for _, t := range terms[e.ID] {
+				ended[t] = true
+			}
+			delete(terms, e.ID)
 		}
 	}
 	var cur *event

@@ -48,7 +48,8 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	// With shards a trap strikes the first shard of the process to reach
 	// its point, which need not be shard 0.
 	if p.kinds = trapsFor(p.contender, p.shards > 0, faultsFor(p.contender, srv, cluster, p.kinds)); len(p.kinds) == 0 {
-		return errors.New("no fault to draw from: a server given by -dsn is not restarted, and only this library's strategies have traps")
+		return errors.New("no fault to draw from: a server given by -dsn is not restarted nor its clock stepped, only this library's strategies have traps, " +
+			"and the clock faults hit them and plain-getlock on a private server of one node")
 	}
 	a, err := newArena(ctx, srv, arenaSpec{contender: p.contender, tm: o.tm, candidates: o.candidates, faults: p.kinds, cluster: cluster,
 		elections: p.shards, shards: p.shards > 0, policies: p.policies, seed: p.seed})
@@ -63,6 +64,7 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 		reads()
 		return err
 	}
+	stopped := time.Now()
 	o.steps().done()
 	a.stopAll()
 	a.reads = reads()
@@ -72,10 +74,16 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var ended map[string]int
 	if isLibrary(p.contender) {
-		if ended, err = endings(ctx, a); err != nil {
+		terms, err := history(ctx, a)
+		if err != nil {
 			return err
 		}
+		ended = endings(terms)
+		nameHistoryReasons(trials, terms)
 	}
+	acting := actingOverlaps(a.log, trials, stopped)
+	checkOverlaps(a, acting, &v)
+	clock := checkClock(a, trials, &v)
 	if p.shards > 0 {
 		fmt.Fprintf(out, "each candidate a member of a group of %d shards; shard 0 written and checked\n", p.shards)
 	}
@@ -87,9 +95,16 @@ func chaosMain(ctx context.Context, args []string, out io.Writer) error {
 	if ended != nil {
 		fmt.Fprintf(out, "terms by how they ended, in the election's history: %v\n", ended)
 	}
-	printTable(out, summarize(trials), []verdict{v}, nil)
+	sums := summarize(trials)
+	printTable(out, sums, []verdict{v}, nil)
+	fmt.Fprintln(out)
+	printOverlaps(out, acting)
+	if len(clock.Faults) > 0 {
+		fmt.Fprintln(out, "\nthe checker's OVERLAP above is the writes' span on the server's clock, which the clock faults stepped; the acting leaders' is on the machine's")
+		printClock(out, clock, trials, sums)
+	}
 	if err := writeJSON(o.jsonOut, map[string]any{"seed": p.seed, "shards": p.shards, "policies": p.policies, "faults": counts, "ended": ended,
-		"trials": trials, "verdict": v}); err != nil {
+		"trials": trials, "verdict": v, "acting_overlap": acting, "clock": clock}); err != nil {
 		return err
 	}
 	if len(v.Violations) > 0 {
@@ -111,7 +126,8 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	contender := fs.String("contender", libGetLock, "the contender to torture")
 	n := fs.Int("faults", 100, "how many faults to inject")
 	duration := fs.Duration("duration", 0, "stop injecting after this long (0: after -faults)")
-	faults := fs.String("fault-kinds", join(allFaults), "faults to draw from")
+	faults := fs.String("fault-kinds", join(allFaults), "faults to draw from; also "+join(clockFaults)+
+		", which step a private server's clock (it then runs under libfaketime: apt-get install faketime) for this library's contenders and plain-getlock")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed, to replay a run")
 	galera := fs.Bool("galera", false, "run on a private three-node Galera cluster (installs its packages when missing); lease contender only")
 	shards := fs.Int("shards", 0, "make each candidate a member of a group of this many shards (election.Shards); shard 0 writes and is checked")
@@ -127,7 +143,7 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 		return chaosPlan{}, err
 	}
 	kinds := strings.Split(*faults, ",")
-	if err := known("fault", kinds, allFaults); err != nil {
+	if err := known("fault", kinds, slices.Concat(allFaults, clockFaults)); err != nil {
 		return chaosPlan{}, err
 	}
 	if *shards != 0 && !isLibrary(*contender) {
@@ -145,10 +161,9 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 	return chaosPlan{contender: *contender, faults: *n, duration: *duration, kinds: kinds, seed: *seed, galera: *galera, shards: max(0, *shards), policies: *policies}, nil
 }
 
-// endings counts the terms of the election the arena checks by how they
-// ended, as its history says (Operator.History: its last
-// DefaultHistoryLimit terms); "open" is a term that has not ended.
-func endings(ctx context.Context, a *arena) (map[string]int, error) {
+// history returns the terms of the election the arena checks, as its
+// history keeps them (Operator.History: its last DefaultHistoryLimit).
+func history(ctx context.Context, a *arena) ([]election.TermRecord, error) {
 	name := "bench"
 	if a.shards {
 		name = election.ShardName(name, 0)
@@ -161,16 +176,31 @@ func endings(ctx context.Context, a *arena) (map[string]int, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the history of %s: %w", name, err)
 	}
+	return terms, nil
+}
+
+// endings counts terms by how they ended; "open" is a term that has not
+// ended.
+func endings(terms []election.TermRecord) map[string]int {
 	n := map[string]int{}
 	for _, t := range terms {
 		n[cmp.Or(t.Reason, "open")]++
 	}
-	return n, nil
+	return n
 }
 
 // server starts what the plan runs on: a Galera cluster, whose HAProxy
-// serves as the arena's server, or the options' server.
+// serves as the arena's server; a private server whose clock can be
+// stepped, if the plan has clock faults for its contender; or the options'
+// server.
 func (p *chaosPlan) server(ctx context.Context, o *options) (*mysqltest.Server, *galeratest.Cluster, error) {
+	if !p.galera && o.dsn == "" && steppedClockHits(p.contender) && slices.ContainsFunc(p.kinds, isClock) {
+		srv, err := mysqltest.StartSteppable(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the clock faults: %w", err)
+		}
+		return srv, nil, nil
+	}
 	if !p.galera {
 		srv, err := o.server(ctx)
 		return srv, nil, err

@@ -190,11 +190,22 @@ func checkEvents(a *arena, fenced bool, v *verdict) {
 	}
 }
 
-// around prints the events within a second of t.
+// around prints the events within a second of t but the writes' returns.
 func (a *arena) around(t time.Time) string {
+	return a.near(t, func(e event) bool { return e.Ev != "write" })
+}
+
+// aroundTerms prints the events within a second of t but the writes: the
+// terms' starts and ends, the processes' exits, the traps.
+func (a *arena) aroundTerms(t time.Time) string {
+	return a.near(t, func(e event) bool { return e.Ev != "write" && e.Ev != "call" })
+}
+
+// near prints the events within a second of t that keep holds for.
+func (a *arena) near(t time.Time, keep func(event) bool) string {
 	var b strings.Builder
 	for _, e := range a.log {
-		if d := time.Unix(0, e.At).Sub(t); d > -time.Second && d < time.Second && e.Ev != "write" {
+		if d := time.Unix(0, e.At).Sub(t); d > -time.Second && d < time.Second && keep(e) {
 			fmt.Fprintf(&b, "  %+8.3fs %-4s %s term %s token %d %s\n", d.Seconds(), e.ID, e.Ev, e.Term, e.Token, e.Reason)
 		}
 	}

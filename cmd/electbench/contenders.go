@@ -290,7 +290,9 @@ func (c *candidate) writeFenced(ctx context.Context, t *election.Term) {
 		}
 		sleep(ctx, c.tm.WriteEvery)
 	}
-	c.Emit(event{Ev: "end", Term: term, Reason: fmt.Sprint(t.Err())})
+	// In the words of the history (lock-lost, session-lost, ...), which the
+	// chaos report sets beside the history's own.
+	c.Emit(event{Ev: "end", Term: term, Reason: t.Reason()})
 }
 
 // hold is a term of one of the other elections: it only says it began and

@@ -47,13 +47,15 @@ var (
 // all but the reset and KILL CONNECTION, which are MySQL's, and raft-leader
 // only with three nodes. Else, the server faults that can hit srv: the
 // restart if srv is private (a server given by -dsn is not ours to
-// restart), the node faults if there is a cluster.
+// restart), the node faults if there is a cluster, the clock faults if its
+// clock can be stepped and they are for contender (steppedClockHits).
 func faultsFor(contender string, srv *mysqltest.Server, cluster *galeratest.Cluster, faults []string) []string {
 	return slices.DeleteFunc(slices.Clone(faults), func(f string) bool {
 		if isEtcd(contender) {
-			return f == fReset || f == fKillConn || f == fRaftLeader && contender != etcd3
+			return f == fReset || f == fKillConn || f == fRaftLeader && contender != etcd3 || isClock(f)
 		}
-		return f == fRaftLeader || f == fRestart && (!srv.Private() || cluster != nil) || (f == fNodeKill || f == fNodeStop) && cluster == nil
+		return f == fRaftLeader || f == fRestart && (!srv.Private() || cluster != nil) || (f == fNodeKill || f == fNodeStop) && cluster == nil ||
+			isClock(f) && !(srv.Steppable() && steppedClockHits(contender))
 	})
 }
 
@@ -78,10 +80,18 @@ func isolating(faults []string) bool {
 type trial struct {
 	Contender string  `json:"contender"`
 	Fault     string  `json:"fault"`
+	At        int64   `json:"at,omitempty"`          // when it struck, Unix ns; 0 if nobody led
 	FailoverS float64 `json:"failover_s"`            // to the next acting leader; -1: none within the limit
 	KnewS     float64 `json:"old_knew_s"`            // until the old leader's term ended; -1: never seen
 	NoLeader  bool    `json:"no_leader_before"`      // nobody led within the limit before the fault
 	Missed    bool    `json:"trap_missed,omitempty"` // a trap that no candidate reached within the limit
+	// A clock fault's step of the server's clock (seconds ahead of real
+	// time; behind if negative; a strobe's, every other period), how long
+	// the clock was off real time, and the terms that ended meanwhile or
+	// within the settle after (clockSettle), which should be none.
+	StepS   float64   `json:"clock_step_s,omitempty"`
+	HeldS   float64   `json:"clock_held_s,omitempty"`
+	Deposed []termEnd `json:"deposed,omitempty"`
 }
 
 // inject applies fault, one of the arena's, to the current leader, waits
@@ -106,6 +116,9 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 	if point, action, ok := trapOf(fault); ok {
 		return a.spring(ctx, tr, point, action, old, limit)
 	}
+	if isClock(fault) {
+		return a.stepClock(ctx, tr, fault, old, limit)
+	}
 	p := a.proc(old.ID)
 	if fault == fRaftLeader {
 		if err := a.etcd.moveLeader(ctx, p.node); err != nil {
@@ -113,6 +126,7 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 		}
 	}
 	t0 := time.Now()
+	tr.At = t0.UnixNano()
 	if err := a.strike(ctx, fault, p); err != nil {
 		return tr, err
 	}
@@ -141,10 +155,11 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 
 // learns reports whether the leader hit by fault lives to learn that its
 // term ended, so that the trial waits for its end: not if it was killed,
-// nor if the fault hit a candidate that had no term yet.
+// nor if the fault hit a candidate that had no term yet, nor if it was
+// only the server's clock, which must end no term.
 func learns(fault string) bool {
 	point, action, trap := trapOf(fault)
-	return fault != fSIGKILL && (!trap || point == pointFenced && action == "stop")
+	return fault != fSIGKILL && !isClock(fault) && (!trap || point == pointFenced && action == "stop")
 }
 
 // strike applies fault to the leader p; a restart hits every candidate:
@@ -152,7 +167,7 @@ func learns(fault string) bool {
 func (a *arena) strike(ctx context.Context, fault string, p *proc) error {
 	switch fault {
 	case fSIGKILL:
-		p.cmd.Process.Kill()
+		p.kill()
 	case fSIGTERM:
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	case fSIGSTOP:

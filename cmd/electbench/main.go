@@ -17,12 +17,14 @@
 //	electbench chaos -faults 1000   random faults against one contender, then both checkers
 //	electbench chaos -galera -contender lease   the same on a private three-node Galera cluster
 //	electbench chaos -policies      the same with priorities, preferred leaders and a flapping health check
+//	electbench chaos -fault-kinds clock-forward,clock-back,clock-strobe,clock-back-kill,sigkill   the server's clock stepped
 //	electbench scale                cost and SIGKILL failover at 3 and at 1000 candidates, and 100 elections per process
 //	electbench report -svg c.svg a.json b.json   one table and chart from several runs
 //
 // It starts a private MariaDB/MySQL from PATH, or uses -dsn (whose user must
-// create databases and users; the restart fault then is skipped). Output: a
-// table on stdout, -json FILE and -svg FILE.
+// create databases and users; the restart and clock faults then are
+// skipped); for the clock faults, under libfaketime. Output: a table on
+// stdout, -json FILE and -svg FILE.
 //
 // # How the files fit together
 //
@@ -51,10 +53,16 @@
 //   - trap.go: the faults at the worst moments: a candidate stops or kills
 //     itself at a failpoint the parent armed (granted the lock, claimed,
 //     inside a fenced transaction before its COMMIT).
+//   - clock.go: the clock faults (chaos): the server's wall clock stepped
+//     while a healthy leader leads, or as it is killed; the terms they
+//     ended and the kills' failover beside plain SIGKILL's.
 //   - check.go: the checker, which reads the writes and events after the
 //     candidates stopped and finds the broken guarantees.
 //   - linearize.go: the second checker: the register's history, with the
 //     parent's reads, checked by Porcupine against a fenced register.
+//   - overlap.go: the third (chaos): the leaders' own acting spans, from
+//     their events on the machine's clock, any two at once laid to the
+//     fault during which they began.
 //   - report.go: summaries, the tables, the SVG chart, the JSON files and the
 //     report subcommand that merges the JSON of several runs.
 //   - bench.go: the comparison (the default subcommand): every contender

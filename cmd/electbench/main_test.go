@@ -222,7 +222,8 @@ func TestCheckersFindViolations(t *testing.T) {
 }
 
 // -quick shortens only the timing flags that were not given, and chaos
-// refuses fault kinds it does not know, and -policies but for this
+// refuses fault kinds it does not know but takes the clock faults, which
+// it does not draw unless asked, and refuses -policies but for this
 // library's contenders in one election.
 func TestFlags(t *testing.T) {
 	fs := flag.NewFlagSet("electbench", flag.ContinueOnError)
@@ -240,6 +241,12 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseChaos([]string{"-fault-kinds", "sigkill,sigkil"}, &options{}); err == nil || !strings.Contains(err.Error(), `unknown fault "sigkil"`) {
 		t.Errorf("chaos -fault-kinds sigkill,sigkil: %v", err)
+	}
+	if p, err := parseChaos([]string{"-fault-kinds", "clock-back-kill,sigkill"}, &options{}); err != nil || !slices.Equal(p.kinds, []string{fClockBackKill, fSIGKILL}) {
+		t.Errorf("chaos -fault-kinds clock-back-kill,sigkill: %+v, %v", p, err)
+	}
+	if p, err := parseChaos(nil, &options{}); err != nil || slices.ContainsFunc(p.kinds, isClock) {
+		t.Errorf("chaos draws from %v by default (%v): no clock fault unless asked", p.kinds, err)
 	}
 	for _, args := range [][]string{{"-contender", plainGetLock}, {"-contender", recipeSame}, {"-shards", "4"}} {
 		if _, err := parseChaos(append([]string{"-policies"}, args...), &options{}); err == nil || !strings.Contains(err.Error(), "-policies") {
@@ -330,5 +337,30 @@ func TestScale(t *testing.T) {
 	if c := res.Runs[0].Many.Cost; c.Elections != 3 || c.Candidates != 2 || c.Connections < 6 || c.QueriesPerSec <= 0 ||
 		c.ServerRSS <= 0 || c.ProcRSS <= 0 {
 		t.Errorf("many elections: %+v", c)
+	}
+}
+
+// The acting leader is the newest term that has not ended, by its end
+// event or by its process's exit: a killed leader's term is not the leader
+// while its successor has yet to begin.
+func TestActingLeaderEndsWithItsProcess(t *testing.T) {
+	at := time.Now().Add(-time.Second).UnixNano()
+	a := &arena{log: []event{
+		{Ev: "start", ID: "c0", Term: "1", At: at},
+		{Ev: "write", ID: "c0", Term: "1", OK: true, At: at + 1},
+		{Ev: "start", ID: "c1", Term: "2", At: at + 2},
+		{Ev: "write", ID: "c1", Term: "2", OK: true, At: at + 3},
+		{Ev: "exit", ID: "c1", At: at + 4},
+	}}
+	if e, ok := a.actingLeader(); !ok || e.Term != "1" {
+		t.Errorf("term 2's process exited: acting leader %+v, %v; want term 1", e, ok)
+	}
+	a.log = append(a.log, event{Ev: "end", ID: "c0", Term: "1", At: at + 5})
+	if e, ok := a.actingLeader(); ok {
+		t.Errorf("both terms ended: acting leader %+v", e)
+	}
+	a.log = append(a.log, event{Ev: "start", ID: "c1", Term: "3", At: at + 6}, event{Ev: "write", ID: "c1", Term: "3", OK: true, At: at + 7})
+	if e, ok := a.actingLeader(); !ok || e.Term != "3" {
+		t.Errorf("c1 started again: acting leader %+v, %v; want term 3", e, ok)
 	}
 }

@@ -213,7 +213,7 @@ func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 	}
 	k := manyKill{Led: len(old), Shards: a.shards}
 	t0 := time.Now()
-	p.cmd.Process.Kill()
+	p.kill()
 	took := map[string]float64{}
 	even := func() bool {
 		by := map[string]int{}

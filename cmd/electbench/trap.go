@@ -121,6 +121,8 @@ func (t *trap) reach(point string) {
 	sig := syscall.SIGSTOP
 	if action == "kill" {
 		sig = syscall.SIGKILL
+		// Its term acts no longer: the parent sees the output end later.
+		t.emit(event{Ev: "exit"})
 	}
 	// To this thread, not the process: a signal sent to the process goes
 	// to its main thread, and this one would run on for a while (measured:
@@ -149,6 +151,7 @@ func (a *arena) spring(ctx context.Context, tr trial, point, action string, old 
 		}
 	}
 	t0, from := time.Now(), len(a.log)
+	tr.At = t0.UnixNano()
 	if point != pointFenced {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}

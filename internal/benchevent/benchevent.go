@@ -22,7 +22,12 @@ type Event struct {
 	// ready (obeys Quiet), start, end, call (a write begins), write
 	// (it returned), trap (an armed failpoint was reached); other-start: a
 	// term of one of the elections beyond the first began (candidate
-	// -elections).
+	// -elections). A start is printed as the leader's function begins and
+	// its end once its last write has returned, as the function returns:
+	// between the two the term acts. exit: the process ends, and any term
+	// of it that printed no end with it; a candidate that kills itself
+	// (a trap) prints it first, and the parent logs one once the output
+	// ended, at the time it SIGKILLed the process if it did.
 	Ev       string `json:"ev"`
 	ID       string `json:"id"`
 	Election string `json:"election,omitempty"` // only for other-start
