@@ -2,7 +2,8 @@
 // between a client and a server: a blackhole (the connections stay open and
 // every byte is dropped, as on a partitioned link), started at once or at a
 // chosen chunk of the client's, a reset of every connection, and added
-// latency.
+// latency. It is also an endpoint that moves (SetTarget), as the DNS name or
+// proxy in front of a database does in a failover.
 package faultproxy
 
 import (
@@ -14,10 +15,10 @@ import (
 
 // Proxy forwards connections from its listener to a target address.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu        sync.Mutex
+	target    string
 	blackhole bool
 	at        func(chunk []byte) bool // starts a blackhole at a client's chunk (BlackholeAt)
 	latency   time.Duration
@@ -41,6 +42,12 @@ func Start(target string) (*Proxy, error) {
 
 // Addr is the address clients dial instead of the target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetTarget sends every connection accepted from now on to target, and
+// leaves the open ones on the server they reach: what a database endpoint
+// (Aurora's and RDS's DNS names, most proxies) does in a failover, where
+// sessions opened before it stay on the old primary until they end.
+func (p *Proxy) SetTarget(target string) { p.set(func() { p.target = target }) }
 
 // Blackhole drops every byte in both directions from now on, on existing
 // and new connections, without closing anything.
@@ -134,7 +141,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		server, err := net.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue

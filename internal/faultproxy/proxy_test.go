@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// echo starts a server that sends back what it reads, and returns a client
-// connected to it through a proxy, both closed when the test ends.
-func echo(t *testing.T) (*Proxy, net.Conn) {
+// serve starts a server that runs reply on each connection it accepts, and
+// returns its address; it stops when the test ends.
+func serve(t *testing.T, reply func(c net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -27,21 +27,34 @@ func echo(t *testing.T) (*Proxy, net.Conn) {
 			}
 			go func() {
 				defer c.Close()
-				io.Copy(c, c)
+				reply(c)
 			}()
 		}
 	}()
-	p, err := Start(ln.Addr().String())
+	return ln.Addr().String()
+}
+
+// echo starts a server that sends back what it reads, and returns a client
+// connected to it through a proxy, both closed when the test ends.
+func echo(t *testing.T) (*Proxy, net.Conn) {
+	t.Helper()
+	p, err := Start(serve(t, func(c net.Conn) { io.Copy(c, c) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	return p, dial(t, p)
+}
+
+// dial connects a client through p, closed when the test ends.
+func dial(t *testing.T, p *Proxy) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return p, c
+	return c
 }
 
 // roundTrip sends msg and returns what comes back within a minute (a guard
@@ -153,5 +166,40 @@ func TestBlackholeHidesAServerReset(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(time.Minute)) // a guard against a hang only
 	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("after the blackhole the client read %v, want the connection ended", err)
+	}
+}
+
+// SetTarget moves new connections to the new target and leaves an open one
+// on the server it reached, which goes on answering it.
+func TestSetTarget(t *testing.T) {
+	named := func(name string) string {
+		return serve(t, func(c net.Conn) {
+			buf := make([]byte, 64)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				if _, err := c.Write(append([]byte(name+":"), buf[:n]...)); err != nil {
+					return
+				}
+			}
+		})
+	}
+	p, err := Start(named("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	before := dial(t, p)
+	if got := roundTrip(t, before, "x"); got != "old:x" {
+		t.Fatalf("before SetTarget: got %q", got)
+	}
+	p.SetTarget(named("new"))
+	if got := roundTrip(t, dial(t, p), "y"); got != "new:y" {
+		t.Fatalf("a connection opened after SetTarget: got %q, want the new target's answer", got)
+	}
+	if got := roundTrip(t, before, "z"); got != "old:z" {
+		t.Fatalf("a connection opened before SetTarget: got %q, want the old target's answer", got)
 	}
 }

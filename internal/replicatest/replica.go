@@ -122,6 +122,37 @@ func (p *Pair) StopReplication(ctx context.Context) error {
 	return p.Replica.Exec(ctx, "STOP SLAVE IO_THREAD")
 }
 
+// CatchUp waits until the replica has applied every transaction the
+// primary has written to its binary log so far, by GTID: what a planned
+// failover waits for once the primary takes no more writes.
+func (p *Pair) CatchUp(ctx context.Context) error {
+	primary, err := sql.Open("mysql", p.Primary.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer primary.Close()
+	var pos string
+	if err := primary.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return err
+	}
+	replica, err := sql.Open("mysql", p.Replica.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer replica.Close()
+	// In short waits, so that ctx's end is seen: the server does not end a
+	// wait whose client has gone.
+	for {
+		var timedOut int
+		if err := replica.QueryRowContext(ctx, "SELECT MASTER_GTID_WAIT(?, 0.1)", pos).Scan(&timedOut); err != nil {
+			return fmt.Errorf("replicatest: waiting for the replica to apply %s: %w", pos, err)
+		}
+		if timedOut == 0 {
+			return nil
+		}
+	}
+}
+
 // Promote makes the replica a primary, as a failover does once the primary
 // is gone: it applies what it has received, stops replicating, forgets its
 // primary and becomes writable.
