@@ -42,16 +42,28 @@ type ending struct {
 	// serverUS is at on the database clock (Unix microseconds), once a
 	// statement has taken it there; 0 until then.
 	serverUS int64
+	// lasted is how long the term lasted by its leader's own clock, from
+	// its start to at; 0 where the writer is not its leader (a kill).
+	lasted time.Duration
 }
 
-// moment is the SQL for at on the database clock, and its argument.
-// Translated by timeAgo, at comes out late by the time the statement
-// waited to run; taken by an earlier statement, it does not.
+// moment is the SQL for at on the database clock, as microseconds since
+// the Unix epoch, and its argument. Translated by timeAgo, at comes out
+// late by the time the statement waited to run; taken by an earlier
+// statement, it does not.
 func (e ending) moment() (string, int64) {
 	if e.serverUS != 0 {
-		return atMicros, e.serverUS
+		return "?", e.serverUS
 	}
-	return timeAgo, agoMicros(e.at)
+	return utcMicros(timeAgo), agoMicros(e.at)
+}
+
+// lastedUS is lasted for the history's lasted_us: NULL when unknown.
+func (e ending) lastedUS() any {
+	if e.lasted <= 0 {
+		return nil
+	}
+	return e.lasted.Microseconds()
 }
 
 // timeAgo is the SQL for a moment on the database clock, given how many
@@ -72,18 +84,25 @@ func onConn(ctx context.Context, q querier, f func(q querier) error) error {
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return err
+		return during("opening a session", refusal(err))
 	}
-	defer conn.Close()
-	return f(conn)
+	err = f(conn)
+	release(conn, err)
+	return err
 }
 
 // endTerm records how term token ended, in one statement: in the record,
 // if it still describes that term as leading, and in the history, unless
 // the leader already wrote its own reason there: a "lost" written by the
 // successor, which could not know better, gives way, and so does any
-// reason to a kill's. (The assignments depend on nothing they assign: a
-// multi-table UPDATE may make them in any order.)
+// reason to a kill's. The history's end keeps its order whatever the
+// database clock did: never before the term's start, never after the next
+// term's start (an end written late, after a step of that clock back). The
+// leader's own measure of the term goes with it (lasted_us). (The
+// assignments depend on nothing they assign: a multi-table UPDATE may make
+// them in any order. The next start is read through a derived table, which
+// its aggregate keeps from being merged: MySQL refuses an UPDATE that
+// reads its own table otherwise, error 1093.)
 func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
 	return onConn(ctx, q, func(q querier) error { return s.endTermOn(ctx, q, lock, token, end) })
 }
@@ -93,8 +112,11 @@ func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uin
 	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
 		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
 		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
-		"SET r.state = ?, r.ended_at = "+at+", t.ended_at = "+at+", t.reason = ?",
-		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, end.why, us, us, end.why))
+		"LEFT JOIN (SELECT MIN(started_at) AS started_at FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch > ?) n ON 1 "+
+		"SET r.state = ?, r.ended_at = "+datetime("GREATEST("+utcMicros("r.since")+", "+at+")")+", "+
+		"t.ended_at = "+datetime("GREATEST("+utcMicros("t.started_at")+", LEAST("+at+", COALESCE("+utcMicros("n.started_at")+", "+at+")))")+
+		", t.reason = ?, t.lasted_us = ?",
+		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, lock, token, end.why, us, us, us, end.why, end.lastedUS()))
 	if denied(err) || serverError(err, 1146, 1205, 1213) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
@@ -104,10 +126,11 @@ func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uin
 }
 
 // endRecord records in the record, if it still describes term token as
-// leading (and matches cond, SQL on its columns), how the term ended.
+// leading (and matches cond, SQL on its columns), how the term ended: not
+// before it started, whatever the database clock did.
 func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
 	at, us := end.moment()
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+at+" "+
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
 	return err
 }

@@ -217,13 +217,15 @@ func ExampleOperator_Watch() {
 	observer, _ := election.NewOperator(db, "scheduler", cfg)
 	ctx, stop := context.WithCancel(context.Background())
 	events := observer.Watch(ctx) // closed when ctx ends
+	ev := <-events                // the state now: no term yet
+	fmt.Printf("leader %q leading %v reason %q\n", ev.Identity, ev.Leading, ev.Reason)
 
 	cfg.Identity = "host-a"
 	a, _ := election.New(db, "scheduler", cfg)
 	term, _ := a.Campaign(context.Background())
 	term.Resign(context.Background())
 
-	for range 3 {
+	for range 2 {
 		ev := <-events
 		fmt.Printf("this term %v leader %q leading %v reason %q\n", ev.Token == term.Token(), ev.Identity, ev.Leading, ev.Reason)
 	}
@@ -231,7 +233,7 @@ func ExampleOperator_Watch() {
 	for range events {
 	}
 	// Output:
-	// this term false leader "" leading false reason ""
+	// leader "" leading false reason ""
 	// this term true leader "host-a" leading true reason ""
 	// this term true leader "host-a" leading false reason "resigned"
 }

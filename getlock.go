@@ -296,7 +296,7 @@ func (s *pinned) contend(ctx context.Context) error {
 		return nil
 	}
 	s.g.log.Debug("the leader is overdue; killing its session", "reason", why, "leader", rec.Identity, "token", rec.Token,
-		"renewed_ago", rec.RenewedAgo.String(), "expiry", rec.Expiry.String())
+		"renewed_ago", rec.renewalAge().String(), "expiry", rec.Expiry.String())
 	err = st.kill(ctx, s.conn, s.lock, rec, why, s.g.log)
 	if errors.Is(err, ErrKillDenied) {
 		// Never take over without the kill: keep waiting, and say why.
@@ -321,9 +321,9 @@ func watchFor(rec Record, cfg Config) time.Duration {
 	if rec.State != stateLeading || rec.Strategy != GetLock.String() || !rec.holds() {
 		return cfg.CheckInterval
 	}
-	until := min(rec.Expiry-rec.RenewedAgo, cfg.Lease+cfg.Margin)
+	until := min(rec.Expiry-rec.renewalAge(), cfg.Lease+cfg.Margin)
 	if rec.demoted {
-		until = min(until, rec.Expiry-rec.DemotedAgo)
+		until = min(until, rec.Expiry-rec.demotionAge())
 	}
 	return max(until, 0) + cfg.CheckInterval
 }

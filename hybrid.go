@@ -68,6 +68,7 @@ type store struct {
 	starts   int          // terms started through this store, for pruneDue
 	value    string       // what its terms proclaim: Config.Value, or the last Term.Proclaim
 	healthy  sql.NullBool // Run's health (Config.Health), for the candidate row; NULL without a check
+	seen     sightings    // the record's stamps as this candidate (or Operator) has seen them (vouch)
 
 	proclaiming sync.Mutex // one Term.Proclaim at a time, so that value and the record agree
 }
@@ -108,7 +109,11 @@ type Record struct {
 	Since    time.Time
 	Renewed  time.Time
 	Ended    time.Time // zero while leading
-	// RenewedAgo is the age of the last renewal when the record was read.
+	// RenewedAgo is the age of the last renewal when the record was read,
+	// on the database clock; negative when the renewal was stamped ahead
+	// of that clock, which was stepped back since (by at least as much):
+	// its age cannot be read off it then. A waiting candidate does not
+	// decide by it (see Leading).
 	RenewedAgo time.Duration
 	// Expiry is Lease+Margin of the holder: a renewal older than this means
 	// the holder no longer acts, whatever the lock says.
@@ -126,6 +131,14 @@ type Record struct {
 
 	demoted  bool          // a demotion of this term was requested (DemotedAgo counts from it)
 	demoteAt sql.NullInt64 // the last request's time as stored, µs, for the claim's compare-and-set
+	nowUS    int64         // the database clock when the record was read, µs since the Unix epoch
+
+	// The reader's watch (store.vouch), for a record a candidate decides
+	// by: when the read returned, on the local monotonic clock, and the
+	// latest local instants at which the renewal, the demotion, the claim
+	// and the end can have been stamped. Zero for a record read once (an
+	// Operator's Leader, History): its ages are the database clock's.
+	read, renewedBy, demotedBy, claimedBy, endedBy time.Time
 }
 
 // The record's rule: what one read of the record says of the term it
@@ -137,10 +150,14 @@ type Record struct {
 // unchanged since the read (termStart.claim). TestRecordRule has the table.
 
 // Leading reports whether the term the record names may still act: it is
-// in state leading and has renewed within its lease plus margin (Expiry,
-// on the database clock); under GetLock its recorded session holds the
-// lock (LockConnID), and under LeaseRow it has not ignored a demotion for
-// longer than Expiry.
+// in state leading and has renewed within its lease plus margin (Expiry);
+// under GetLock its recorded session holds the lock (LockConnID), and
+// under LeaseRow it has not ignored a demotion for longer than Expiry. On a
+// record read once, as Operator.Leader reads it, ages are the database
+// clock's; a waiting candidate, which reads the record again and again,
+// decides by the ages its watch of that clock vouches for (clock.go), so
+// that a step of the database clock neither deposes a healthy leader nor
+// holds the next one back.
 func (r Record) Leading() bool {
 	return r.State == stateLeading && !r.stale() && r.holds()
 }
@@ -157,10 +174,28 @@ func (r Record) holds() bool {
 }
 
 // stale: no renewal for longer than the lease plus margin.
-func (r Record) stale() bool { return r.RenewedAgo > r.Expiry }
+func (r Record) stale() bool { return r.renewalAge() > r.Expiry }
 
 // defied: asked to step down longer than its lease plus margin ago.
-func (r Record) defied() bool { return r.demoted && r.DemotedAgo > r.Expiry }
+func (r Record) defied() bool { return r.demoted && r.demotionAge() > r.Expiry }
+
+// renewalAge and demotionAge are how long before the read the last
+// renewal and the demotion were stamped: at least as long as the reader's
+// watch vouches for (store.vouch), or on the database clock for a record
+// read once.
+func (r Record) renewalAge() time.Duration {
+	if r.read.IsZero() {
+		return r.RenewedAgo
+	}
+	return r.read.Sub(r.renewedBy)
+}
+
+func (r Record) demotionAge() time.Duration {
+	if r.read.IsZero() {
+		return r.DemotedAgo
+	}
+	return r.read.Sub(r.demotedBy)
+}
 
 // overdue says why the recorded holder's session must be killed, or "":
 // it holds the lock (cross-checked with IS_USED_LOCK) yet has not renewed
@@ -192,7 +227,7 @@ func (r Record) lockDelay() time.Duration {
 	case !r.demoted:
 		return 0
 	}
-	return max(r.Expiry-r.RenewedAgo, 0)
+	return max(r.Expiry-r.renewalAge(), 0)
 }
 
 // lastActed is when the term could act no longer, as far as the read
@@ -258,6 +293,21 @@ func scannedTime(dst *time.Time) sql.Scanner {
 	})
 }
 
+// scannedRenewal is scannedAge for the renewal, which keeps the sign of a
+// stamp well ahead of the clock (see Record.RenewedAgo). An age is taken
+// at the statement's start, the row read after it: a renewal committed in
+// between is a few µs in the future, which is 0.
+func scannedRenewal(dst *time.Duration) sql.Scanner {
+	return scanFunc(func(v any) error {
+		var us sql.NullInt64
+		err := us.Scan(v)
+		if *dst = micros(us); *dst > -time.Millisecond {
+			*dst = max(*dst, 0)
+		}
+		return err
+	})
+}
+
 func scannedAge(dst *time.Duration) sql.Scanner {
 	return scanFunc(func(v any) error {
 		var us sql.NullInt64
@@ -290,6 +340,17 @@ func (s *store) record(ctx context.Context, q querier, lock string) (Record, err
 		return Record{}, ErrNoLeader
 	}
 	return rs[0], nil
+}
+
+// watched reads the record, as record does, for a reader that decides by
+// it: with the ages this store's watch vouches for (vouch).
+func (s *store) watched(ctx context.Context, q querier, lock string) (Record, error) {
+	sent := time.Now()
+	r, err := s.record(ctx, q, lock)
+	if err == nil {
+		s.vouch(&r, reading{r.nowUS, sent, time.Now()})
+	}
+	return r, err
 }
 
 // leader reads who leads the election: its record, and ErrNoLeader beside
@@ -325,7 +386,7 @@ func recordColumns(owner string) string {
 		utcMicros("r.since") + ", " + utcMicros("r.renewed_at") + ", " + utcMicros("r.ended_at") + ", " +
 		ageMicros("r.renewed_at") + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
 		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to, " +
-		"IF(r.value_epoch <=> r.epoch, r.value, NULL)"
+		"IF(r.value_epoch <=> r.epoch, r.value, NULL), " + utcMicros("UTC_TIMESTAMP(6)")
 }
 
 // fields returns the scan targets for recordColumns' columns, which fill
@@ -334,10 +395,8 @@ func (r *Record) fields() []any {
 	return []any{scanned(&r.Name), scanned(&r.Strategy), scanned(&r.State), scanned(&r.Token), scanned(&r.Identity), scanned(&r.Host),
 		scanned(&r.PID), scanned(&r.ConnID),
 		scannedTime(&r.Since), scannedTime(&r.Renewed), scannedTime(&r.Ended),
-		// An age is taken at the statement's start, the row read after it:
-		// a renewal committed in between is a few µs in the future.
-		scannedAge(&r.RenewedAgo), scannedAge(&r.Expiry), scanned(&r.LockConnID),
-		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo), scanned(&r.Value)}
+		scannedRenewal(&r.RenewedAgo), scannedAge(&r.Expiry), scanned(&r.LockConnID),
+		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo), scanned(&r.Value), &r.nowUS}
 }
 
 // collect runs query through q and scans each of its rows with scan; what
@@ -419,19 +478,28 @@ type TermRecord struct {
 	// crash; a leader still paused or cut off, which records its own reason
 	// when it is back).
 	Reason string
+	// Lasted is how long the term lasted by its leader's own clock, from
+	// its start to its end; 0 when its leader did not record its end (a
+	// crash, a kill). Started and Ended are on the database clock, and
+	// kept in order (no term starts before the one it followed ended, none
+	// ends before it started) by holding a time still while that clock
+	// went back: where Ended − Started and Lasted differ by more than the
+	// round trips between them, the database clock was stepped during the
+	// term.
+	Lasted time.Duration
 }
 
 // terms reads history rows of the election that match cond.
 func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]TermRecord, error) {
 	return collect(ctx, s.db, s.tbl, "history", text("SELECT epoch, holder, host, pid, COALESCE(server, ''), "+utcMicros("started_at")+", "+utcMicros("ended_at")+
-		", reason FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...), func(rows *sql.Rows) (TermRecord, error) {
+		", reason, lasted_us FROM `"+s.tbl.term+"` WHERE lock_name = ? AND "+cond, append([]any{lock}, args...)...), func(rows *sql.Rows) (TermRecord, error) {
 		var (
-			t              TermRecord
-			started, ended sql.NullInt64
-			reason         sql.NullString
+			t                      TermRecord
+			started, ended, lasted sql.NullInt64
+			reason                 sql.NullString
 		)
-		err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &t.Server, &started, &ended, &reason)
-		t.Started, t.Ended, t.Reason = fromMicros(started), fromMicros(ended), reason.String
+		err := rows.Scan(&t.Token, &t.Identity, &t.Host, &t.PID, &t.Server, &started, &ended, &reason, &lasted)
+		t.Started, t.Ended, t.Reason, t.Lasted = fromMicros(started), fromMicros(ended), reason.String, micros(lasted)
 		return t, err
 	})
 }
@@ -563,6 +631,10 @@ type presence struct {
 // periods. A GetLock candidate's session holds
 // its candidate lock before it joins.
 func (p *presence) join(ctx context.Context, q querier) error {
+	return onConn(ctx, q, func(q querier) error { return p.joinOn(ctx, q) })
+}
+
+func (p *presence) joinOn(ctx context.Context, q querier) error {
 	st := p.st
 	_, strategy := st.settled()
 	var other sql.NullString
@@ -585,7 +657,9 @@ func (p *presence) join(ctx context.Context, q querier) error {
 }
 
 // beat writes this candidate's row, as write does for a campaign under way.
-func (p *presence) beat(ctx context.Context, q querier) error { return p.write(ctx, q, false) }
+func (p *presence) beat(ctx context.Context, q querier) error {
+	return onConn(ctx, q, func(q querier) error { return p.write(ctx, q, false) })
+}
 
 // write writes this candidate's row, keeping its first sighting unless the
 // process changed, and the start of its campaign unless begun (join).
@@ -641,7 +715,7 @@ func (s *store) leave(ctx context.Context) error {
 	}
 	lock, err := s.resolveLock(ctx)
 	if err == nil {
-		_, err = s.db.ExecContext(ctx, text("DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
+		_, err = write(ctx, s.db, text("DELETE FROM `"+s.tbl.candidate+"` WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -100,8 +101,11 @@ func (ls *leaseShare) renew(limit time.Duration) {
 		batch := holds[:min(len(holds), lockBatch)]
 		holds = holds[len(batch):]
 		if err := ls.renewBatch(ctx, batch, r.results); err != nil {
+			if !errors.Is(err, ErrSessionLost) { // a read-only server ends the terms at once (refusal)
+				err = fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
+			}
 			for _, h := range batch {
-				r.results[holdKey(h)] = fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
+				r.results[holdKey(h)] = err
 			}
 		}
 	}
@@ -117,7 +121,7 @@ func (ls *leaseShare) renewBatch(ctx context.Context, batch []*leaseHold, result
 	// waiters' (read), so that no lock on a candidate row (another
 	// process's candidate joining, which deletes dead rows beside it) can
 	// hold a renewal up.
-	res, err := db.ExecContext(ctx, "UPDATE `"+tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6) WHERE r.state = "+literal(stateLeading)+
+	res, err := write(ctx, db, "UPDATE `"+tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6) WHERE r.state = "+literal(stateLeading)+
 		" AND NOT (r.demote_epoch <=> r.epoch) AND r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+
 		") AND r.conn_id IN ("+strings.Join(ids, ", ")+")")
 	if err != nil {
@@ -181,6 +185,7 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	recs := map[string]Record{}
+	reads := map[string]reading{}
 	for rest := holds; len(rest) > 0; {
 		batch := rest[:min(len(rest), lockBatch)]
 		rest = rest[len(batch):]
@@ -188,12 +193,15 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 		for i, h := range batch {
 			locks[i] = literal(h.lock)
 		}
+		sent := time.Now()
 		rs, err := readRecords(ctx, ls.key.db, ls.key.tbl, "WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
 		if err != nil {
 			return // the candidates wait for the next read; their own tries are bounded
 		}
+		recv := time.Now()
 		for _, r := range rs {
-			recs[r.Name] = r // one share, one database and prefix: a name is one election
+			// One share, one database and prefix: a name is one election.
+			recs[r.Name], reads[r.Name] = r, reading{r.nowUS, sent, recv}
 		}
 	}
 	// The heartbeats first, while the waiting candidates wait for their
@@ -210,7 +218,7 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 		for i, h := range hs {
 			locks[i] = literal(h.lock)
 		}
-		res, err := ls.key.db.ExecContext(ctx, text("UPDATE `"+ls.key.tbl.candidate+"` SET seen_at = UTC_TIMESTAMP(6) WHERE identity = ? AND lock_name IN (", identity)+
+		res, err := write(ctx, ls.key.db, text("UPDATE `"+ls.key.tbl.candidate+"` SET seen_at = UTC_TIMESTAMP(6) WHERE identity = ? AND lock_name IN (", identity)+
 			strings.Join(locks, ", ")+")")
 		if err == nil {
 			if n, err2 := res.RowsAffected(); err2 != nil || n != int64(len(hs)) {
@@ -229,7 +237,11 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 	for _, h := range holds {
 		if ch, ok := ls.waiting[h]; ok {
 			delete(ls.waiting, h)
-			ch <- recs[h.st.name]
+			rec, found := recs[h.st.name]
+			if found {
+				h.st.vouch(&rec, reads[h.st.name])
+			}
+			ch <- rec
 		}
 	}
 	ls.mu.Unlock()

@@ -245,7 +245,7 @@ func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
 			return false, ctx.Err()
 		case <-poll.C:
 		}
-		cur, err := o.st.record(ctx, o.st.db, lock)
+		cur, err := o.st.watched(ctx, o.st.db, lock)
 		if err != nil {
 			return false, err
 		}
@@ -275,7 +275,7 @@ func (s *store) request(ctx context.Context, lock string, token uint64, to strin
 	// The hand-over preference outlives the demotion long enough for the
 	// target to win the lock, and no longer: a target that died meanwhile
 	// must not block the election.
-	res, err := s.db.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
+	res, err := write(ctx, s.db, text("UPDATE `"+s.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
 		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * lease_us) MICROSECOND "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ? AND (? OR NOT (demote_epoch <=> epoch))", handTo, holdUS, lock, token, stateLeading, replace))
 	if err != nil {

@@ -39,7 +39,7 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 		return err
 	}
 	// The candidate row is for listing only, as in renew.
-	res, err := st.db.ExecContext(ctx, text("UPDATE `"+st.tbl.record+"` r LEFT JOIN `"+st.tbl.candidate+"` c "+
+	res, err := write(ctx, st.db, text("UPDATE `"+st.tbl.record+"` r LEFT JOIN `"+st.tbl.candidate+"` c "+
 		"ON c.lock_name = r.lock_name AND c.identity = r.holder SET r.value = ?, c.value = ? "+
 		"WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ?", value, value, lock, t.token, stateLeading))
 	if err != nil {
@@ -291,7 +291,7 @@ func (h *health) isHealthy() bool {
 func (s *store) unhealthy(ctx context.Context) error {
 	lock, err := s.resolveLock(ctx)
 	if err == nil {
-		_, err = s.db.ExecContext(ctx, text("UPDATE `"+s.tbl.candidate+"` SET healthy = FALSE WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
+		_, err = write(ctx, s.db, text("UPDATE `"+s.tbl.candidate+"` SET healthy = FALSE WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
 	}
 	return err
 }

@@ -129,6 +129,7 @@ func ddl(t tables) []string {
 			"  started_at     DATETIME(6) NOT NULL,\n" +
 			"  ended_at       DATETIME(6) NULL,\n" +
 			"  reason         VARCHAR(32) CHARACTER SET ascii NULL,\n" +
+			"  " + lastedColumn + ",\n" +
 			"  PRIMARY KEY (lock_name, epoch)\n" +
 			") ENGINE=InnoDB",
 	}
@@ -159,7 +160,9 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //     term that wrote it;
 //   - priorityColumn, versionColumn, healthyColumn and waitingColumn, the
 //     candidate's: its Priority and Version, its health (NULL when it runs
-//     no check) and when its campaign began (Config.PreferAfter).
+//     no check) and when its campaign began (Config.PreferAfter);
+//   - lastedColumn, the term table's: how long the term lasted by its
+//     leader's own clock (TermRecord.Lasted).
 const (
 	serverColumn     = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
 	delayColumn      = "delay_until    DATETIME(6) NULL"
@@ -169,6 +172,7 @@ const (
 	healthyColumn    = "healthy        BOOLEAN NULL"
 	waitingColumn    = "waiting_since  DATETIME(6) NULL"
 	valueEpochColumn = "value_epoch    BIGINT UNSIGNED NULL"
+	lastedColumn     = "lasted_us      BIGINT NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -187,6 +191,7 @@ func (t tables) added() []column {
 		{t.candidate, "version", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + versionColumn + " AFTER priority"},
 		{t.candidate, "healthy", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + healthyColumn + " AFTER version"},
 		{t.candidate, "waiting_since", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + waitingColumn + " AFTER healthy"},
+		{t.term, "lasted_us", "ALTER TABLE `" + t.term + "` ADD COLUMN " + lastedColumn + " AFTER reason"},
 	}
 }
 
@@ -201,7 +206,7 @@ func alters(cols []column) string {
 
 func createSchema(ctx context.Context, db *sql.DB, t tables) error {
 	for _, stmt := range ddl(t) {
-		if _, err := db.ExecContext(ctx, stmt); err != nil {
+		if _, err := write(ctx, db, stmt); err != nil {
 			// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
 			// the table exists: tables a DBA made are fine without it.
 			if _, check := missingColumns(ctx, db, t); !denied(err) || check != nil {
@@ -349,11 +354,17 @@ func schemaError(t tables, err error) error {
 // refusal wraps err in ErrAccessDenied, with the fix, when the server
 // refused the login with it: any statement through the pool may open a
 // session, and so meet a password changed or a grant revoked since the
-// last. Other errors come back as they are.
+// last; and in ErrSessionLost when it refused a write as read-only (the
+// session that got it is dropped: see release). Other errors come back as
+// they are.
 func refusal(err error) error {
 	var me *mysql.MySQLError
-	if errors.Is(err, ErrAccessDenied) || !errors.As(err, &me) {
+	if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrSessionLost) || !errors.As(err, &me) {
 		return err
+	}
+	if readOnly(err) {
+		return fmt.Errorf("%w: %w; the server is read-only: it is not the primary, or no longer (a failover of the database, or a DSN that names a replica): "+
+			"the session that got this is dropped, and the next one dials the DSN's address again", ErrSessionLost, err)
 	}
 	switch me.Number {
 	case 1045:

@@ -508,8 +508,8 @@ func sessionFailed(err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		// Shutdown, interrupted, killed (MariaDB), disconnected for
-		// inactivity (MySQL 8.0.24+).
-		return slices.Contains([]uint16{1053, 1317, 1927, 4031}, me.Number)
+		// inactivity (MySQL 8.0.24+); a server no longer the primary.
+		return slices.Contains([]uint16{1053, 1317, 1927, 4031}, me.Number) || readOnly(err)
 	}
 	var ne net.Error
 	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, sql.ErrConnDone) ||
@@ -619,9 +619,10 @@ func (s *sharedSession) poll() {
 		taken []*sharedCandidate
 	)
 	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
-		err := s.tryRead(ctx, conn, names, func(lock string, got bool, rec Record) {
+		err := s.tryRead(ctx, conn, names, func(lock string, got bool, rec Record, r reading) {
 			m := byLock[lock]
 			delete(byLock, lock)
+			m.st.vouch(&rec, r)
 			switch {
 			case got:
 				taken = append(taken, m)
@@ -679,14 +680,16 @@ func (s *sharedSession) poll() {
 // tryRead tries the locks of the elections names (SQL literals) on conn
 // and reads their records, in one statement, and calls each with every
 // row. A failure ends the session, as one of tryLocks does.
-func (s *sharedSession) tryRead(ctx context.Context, conn *sql.Conn, names []string, each func(lock string, got bool, rec Record)) error {
+func (s *sharedSession) tryRead(ctx context.Context, conn *sql.Conn, names []string, each func(lock string, got bool, rec Record, r reading)) error {
 	err := func() error {
+		sent := time.Now()
 		rows, err := conn.QueryContext(ctx, "SELECT r.lock_name, "+tryLock("r.lock_name")+", "+recordColumns("r.lock_name")+
 			" FROM `"+s.sh.key.tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(names, ", ")+")")
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
+		recv := time.Now()
 		for rows.Next() {
 			var (
 				lock string
@@ -696,7 +699,7 @@ func (s *sharedSession) tryRead(ctx context.Context, conn *sql.Conn, names []str
 			if err := rows.Scan(append([]any{&lock, &got}, rec.fields()...)...); err != nil {
 				return err
 			}
-			each(lock, got.Int64 == 1, rec)
+			each(lock, got.Int64 == 1, rec, reading{rec.nowUS, sent, recv})
 		}
 		return rows.Err()
 	}()

@@ -33,11 +33,10 @@ type termStart struct {
 // predecessor is the last term as a new one finds it: the record, read
 // with the server's clock, which the next token must reach (see claim).
 type predecessor struct {
-	rec         Record
-	exists      bool          // the election has a record
-	nowUS       uint64        // the server's clock at the read, µs since the Unix epoch
-	delayLeftUS sql.NullInt64 // the lock-delay still owed, carried over from an earlier term (delay_until)
-	handing     bool          // a hand-over to another live candidate is pending
+	rec          Record
+	exists       bool          // the election has a record
+	delayUntilUS sql.NullInt64 // the end of a lock-delay owed, carried over from an earlier term (delay_until), µs
+	handing      bool          // a hand-over to another live candidate is pending
 }
 
 // errRaced: the record changed between the read and the claim of a term
@@ -95,25 +94,42 @@ func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
 // ER_USER_LOCK_WRONG_NAME; read, not tested here); MariaDB returns NULL.
 func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 	var p predecessor
+	sent := time.Now()
 	err := q.QueryRowContext(ctx, text("SELECT "+predecessorColumns(s.st.tbl, "?", binLiteral(s.st.cfg.Identity))+", r.lock_name IS NOT NULL "+
 		"FROM (SELECT 1) d LEFT JOIN `"+s.st.tbl.record+"` r ON r.lock_name = ?", s.lock, s.lock)).
 		Scan(append(p.fields(), &p.exists)...)
 	if err != nil {
 		return p, during("reading the record", schemaError(s.st.tbl, err))
 	}
+	s.st.vouch(&p.rec, reading{p.rec.nowUS, sent, time.Now()})
 	return p, nil
 }
 
 // predecessorColumns reads a predecessor from the record as r in t: owner
 // names its lock, me the reader's identity (SQL expressions).
 func predecessorColumns(t tables, owner, me string) string {
-	return utcMicros("UTC_TIMESTAMP(6)") + ", " + recordColumns(owner) + ", " +
-		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), r.delay_until), COALESCE(" + handingOver(t, "r", me) + ", FALSE)"
+	return recordColumns(owner) + ", " + utcMicros("r.delay_until") + ", COALESCE(" + handingOver(t, "r", me) + ", FALSE)"
 }
 
 // fields returns the scan targets for predecessorColumns.
 func (p *predecessor) fields() []any {
-	return append(append([]any{&p.nowUS}, p.rec.fields()...), &p.delayLeftUS, &p.handing)
+	return append(p.rec.fields(), &p.delayUntilUS, &p.handing)
+}
+
+// delayLeft is the lock-delay still owed at the read, carried over in the
+// record (delay_until): counted from the claim that wrote it, which stamped
+// both, on the reader's watch when it vouched for the read (so that no
+// step of the database clock since shortens it), else on the database
+// clock.
+func (p predecessor) delayLeft() time.Duration {
+	if !p.delayUntilUS.Valid {
+		return 0
+	}
+	if p.rec.read.IsZero() {
+		return max(micros(sql.NullInt64{Int64: p.delayUntilUS.Int64 - p.rec.nowUS}), 0)
+	}
+	owed := micros(sql.NullInt64{Int64: p.delayUntilUS.Int64 - p.rec.Since.UnixMicro()})
+	return max(p.rec.claimedBy.Add(owed).Sub(p.rec.read), 0)
 }
 
 // holding is the condition, on the record as r, that session (SQL) holds
@@ -130,7 +146,7 @@ func (s termStart) holding(r, session string) string {
 }
 
 // now is the server's clock at the read.
-func (p predecessor) now() time.Time { return time.UnixMicro(int64(p.nowUS)).UTC() }
+func (p predecessor) now() time.Time { return time.UnixMicro(p.rec.nowUS).UTC() }
 
 // handingOver is true, on the record as r, while a hand-over to another
 // live candidate than me (an identity, as SQL) is pending.
@@ -164,7 +180,7 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 	case p.handing:
 		return 0, errYield
 	}
-	return max(time.Duration(p.delayLeftUS.Int64)*time.Microsecond, p.rec.lockDelay()), nil
+	return max(p.delayLeft(), p.rec.lockDelay()), nil
 }
 
 // claim writes the new term's record (requests cleared, the lock-delay's
@@ -267,13 +283,14 @@ func (s termStart) openOn(ctx context.Context, q querier, p predecessor, age tim
 	if delay, err := s.decide(p); err != nil || delay > 0 || !p.exists || p.rec.Strategy != GetLock.String() || p.rec.State != stateLeading || p.rec.demoted {
 		return 0, p, errRaced
 	}
-	p.nowUS += uint64(age.Microseconds())
+	p.rec.nowUS += age.Microseconds()
 	p.rec.Renewed = p.now()
 	claimed := p.next()
 	v := s.values(p, claimed, 0)
 	sent := time.Now()
 	token, ok, err := s.claimBumped(ctx, q, v, claimed, s.continued(v))
-	p.nowUS += uint64(time.Since(sent).Microseconds())
+	p.rec.nowUS += time.Since(sent).Microseconds()
+	p.rec.read, p.rec.renewedBy = time.Now(), sent
 	if conflict(err) || denied(err) || serverError(err, 1146, 1205) || err == nil && !ok {
 		err = errRaced
 	}
@@ -292,8 +309,8 @@ func (s termStart) continued(v claimValues) string {
 // with, as SQL: literals for one term start (values), the columns of a
 // derived table for a batch of them (claimBatch).
 type claimValues struct {
-	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, delayUntil, value string // written
-	token, state, renewedUS, demoteUS                                                     string // as read; demoteUS -1 for none
+	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, since, delayUntil, value string // written
+	token, state, renewedUS, demoteUS                                                            string // as read; demoteUS -1 for none
 }
 
 // claimColumn is one of a claim's values and its name in a batch's
@@ -305,32 +322,47 @@ type claimColumn struct {
 
 func (v *claimValues) columns() []claimColumn {
 	return []claimColumn{{"lock_name", &v.lock}, {"name", &v.name}, {"strategy", &v.strategy}, {"epoch", &v.epoch}, {"identity", &v.identity},
-		{"host", &v.host}, {"pid", &v.pid}, {"session", &v.session}, {"lease_us", &v.leaseUS}, {"delay_until", &v.delayUntil},
+		{"host", &v.host}, {"pid", &v.pid}, {"session", &v.session}, {"lease_us", &v.leaseUS}, {"since", &v.since}, {"delay_until", &v.delayUntil},
 		{"value", &v.value}, {"token", &v.token}, {"state", &v.state}, {"renewed_us", &v.renewedUS}, {"demote_us", &v.demoteUS}}
 }
 
 // values is the claim of s after p at epoch claimed, with the lock-delay
-// delay counted from the read, as literals: the names, identity and lock
-// with their columns' collations, which a batch's derived table needs.
+// delay, as literals: the names, identity and lock with their columns'
+// collations, which a batch's derived table needs.
+//
+// The term starts (since) when the claim is made, on the database clock,
+// but never before anything the last term stamped (its start, its last
+// renewal, its end), so that the history stays in order however that
+// clock was stepped between the two. The lock-delay owed ends delay after
+// that start (delay_until), which a reader translates to its own clock
+// through the start (predecessor.delayLeft).
 func (s termStart) values(p predecessor, claimed uint64, delay time.Duration) claimValues {
 	host, _ := os.Hostname()
 	_, strategy := s.st.settled()
-	delayUntil, demoteUS := "NULL", int64(-1)
+	startUS := utcMicros("UTC_TIMESTAMP(6)")
+	if p.exists {
+		startUS = "GREATEST(" + startUS + ", " + literal(p.rec.Since.UnixMicro()) + ", " + literal(p.rec.Renewed.UnixMicro())
+		if !p.rec.Ended.IsZero() {
+			startUS += ", " + literal(p.rec.Ended.UnixMicro())
+		}
+		startUS += ")"
+	}
+	since, delayUntil, demoteUS := datetime(startUS), "NULL", int64(-1)
 	if delay > 0 {
-		delayUntil = text(atMicros, int64(p.nowUS)+delay.Microseconds()) // from the read, as delay was
+		delayUntil = datetime(startUS + " + " + literal(delay.Microseconds()))
 	}
 	if p.rec.demoteAt.Valid {
 		demoteUS = p.rec.demoteAt.Int64
 	}
 	return claimValues{lock: lockLiteral(s.lock), name: binLiteral(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
 		identity: binLiteral(s.st.cfg.Identity), host: literal(host), pid: literal(os.Getpid()), session: literal(s.session),
-		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), delayUntil: delayUntil, value: binLiteral(s.st.proclaimed()),
+		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), since: since, delayUntil: delayUntil, value: binLiteral(s.st.proclaimed()),
 		token: literal(p.rec.Token), state: literal(p.rec.State), renewedUS: literal(p.rec.Renewed.UnixMicro()), demoteUS: literal(demoteUS)}
 }
 
 // next is the token a term that follows p claims: above p's, and at least
 // the server's clock at the read (see claim).
-func (p predecessor) next() uint64 { return max(p.rec.Token+1, p.nowUS) }
+func (p predecessor) next() uint64 { return max(p.rec.Token+1, uint64(max(p.rec.nowUS, 0))) }
 
 // bumped is the epoch column col bumped for a claim at claimed (SQL): by
 // one, and to at least claimed.
@@ -342,7 +374,7 @@ func bumped(col, claimed string) string { return "GREATEST(" + col + " + 1, " + 
 func (s termStart) set(v claimValues, join string) string {
 	return "UPDATE `" + s.st.tbl.record + "` r " + join + " SET r.name = " + v.name + ", r.strategy = " + v.strategy + ", r.epoch = " + v.epoch +
 		", r.state = " + literal(stateLeading) + ", r.holder = " + v.identity + ", r.host = " + v.host + ", r.pid = " + v.pid +
-		", r.conn_id = " + v.session + ", r.lease_us = " + v.leaseUS + ", r.since = UTC_TIMESTAMP(6), r.renewed_at = UTC_TIMESTAMP(6), " +
+		", r.conn_id = " + v.session + ", r.lease_us = " + v.leaseUS + ", r.since = " + v.since + ", r.renewed_at = UTC_TIMESTAMP(6), " +
 		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil + ", r.value = " + v.value + ", r.value_epoch = " + v.epoch
 }
 
@@ -435,7 +467,10 @@ func (b *starter) open(ctx context.Context, s termStart, since func() time.Time)
 		defer cancel()
 		if err := b.spare.run(ctx, func() error {
 			o.sent = o.since()
-			o.token, o.delay, o.p, o.err = o.s.open(ctx, b.db)
+			o.err = onConn(ctx, b.db, func(q querier) (err error) {
+				o.token, o.delay, o.p, err = o.s.open(ctx, q)
+				return err
+			})
 			return nil
 		}); err != nil {
 			return o, err
@@ -473,6 +508,7 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 		slices.SortFunc(batch, func(x, y *opening) int { return strings.Compare(x.s.lock, y.s.lock) })
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.limit)
 		conn, err := b.db.Conn(bctx)
+		all := batch
 		for try := 0; len(batch) > 0; try++ {
 			if err != nil {
 				for _, q := range batch {
@@ -484,7 +520,13 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 			batch = claimBatch(bctx, conn, batch, try)
 		}
 		if conn != nil {
-			conn.Close()
+			var refused error // by a read-only server: see release
+			for _, q := range all {
+				if readOnly(q.err) {
+					refused = q.err
+				}
+			}
+			release(conn, refused)
 		}
 		cancel()
 	}
@@ -537,6 +579,7 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int) 
 		lock        string
 		epochExists bool
 	}
+	sent := time.Now()
 	reads, err := collect(ctx, conn, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
 		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
 		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r read, err error) {
@@ -547,9 +590,11 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int) 
 		fail(batch, err)
 		return nil
 	}
+	recv := time.Now()
 	found := map[*opening]bool{}
 	for _, r := range reads {
 		o := byLock[r.lock]
+		o.s.st.vouch(&r.p.rec, reading{r.p.rec.nowUS, sent, recv})
 		o.p, found[o] = r.p, r.epochExists
 	}
 	var (
@@ -781,40 +826,61 @@ func (s termStart) writeHistory(ctx context.Context, q querier, token uint64, p 
 // history makes writeHistory's statements; prune trims the history to
 // HistoryLimit terms.
 func (s termStart) history(ctx context.Context, q querier, token uint64, p predecessor, started time.Time, prune bool) error {
-	if p.exists {
-		// Ended as the record said, if it had recorded its end there.
-		var reason any
-		if p.rec.State != stateLeading {
-			reason = p.rec.State
-		}
-		ended := p.rec.lastActed(p.now()).UnixMicro()
-		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.st.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
-			"VALUES (?, ?, ?, ?, ?, "+atMicros+", IF(? IS NULL, NULL, "+atMicros+"), ?)",
-			s.lock, p.rec.Token, p.rec.Identity, p.rec.Host, p.rec.PID, p.rec.Since.UnixMicro(), reason, ended, reason)); err != nil {
-			return during("writing the history", schemaError(s.st.tbl, err))
-		}
-		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.st.tbl.term+"` SET ended_at = IF(epoch = ?, "+atMicros+", "+atMicros+"), "+
-			"reason = IF(epoch = ?, COALESCE(?, ?), ?) WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL",
-			p.rec.Token, ended, p.rec.Since.UnixMicro(), p.rec.Token, reason, stateLost, stateLost, s.lock, token)); err != nil {
-			return during("closing the last term", schemaError(s.st.tbl, err))
-		}
-	}
 	// The term started when its claim set the record's since, on the
 	// database clock: read it, without a lock, while the record still
 	// names this term. A measure from the claim's return instead would be
 	// late by however long this statement waited to run, and could follow
 	// the leader's first write (TestHistoryStartIsTheClaim, under load).
-	var since sql.NullInt64
-	if err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("since")+" FROM `"+s.st.tbl.record+"` WHERE lock_name = ? AND epoch = ?", s.lock, token)).Scan(&since); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	// A record that names an earlier term, or none, is not the one the
+	// claim wrote: the pool reaches another server than the term's (a
+	// failover of the database, which the term learns of at its next
+	// keepalive), whose history this term must not close.
+	var (
+		since  sql.NullInt64
+		epoch  sql.Null[uint64]
+		server string
+	)
+	if err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("since")+", epoch, "+serverName+" FROM `"+s.st.tbl.record+"` WHERE lock_name = ?", s.lock)).
+		Scan(&since, &epoch, &server); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return during("writing the history", schemaError(s.st.tbl, err))
 	}
-	start := text(timeAgo, agoMicros(started)) // a later term has the record by now
-	if since.Valid {
-		start = text(atMicros, since.Int64)
+	if !epoch.Valid || epoch.V < token {
+		return fmt.Errorf("election: the history of term %d was not written: the server the pool reaches, %s, has not granted that term "+
+			"(its record names term %d, 0: none): was the database failed over?", token, server, epoch.V)
 	}
+	startUS, startArg := "?", since.Int64
+	if epoch.V > token { // a later term has the record by now
+		startUS, startArg = utcMicros(timeAgo), agoMicros(started)
+	}
+	if p.exists {
+		// Ended as the record said, if it had recorded its end there; and
+		// in any case no earlier than it was last seen alive, and no later
+		// than this term began, whatever the database clock did meanwhile.
+		var reason any
+		if p.rec.State != stateLeading {
+			reason = p.rec.State
+		}
+		ended := datetime("LEAST(GREATEST(?, ?), " + startUS + ")")
+		endedArgs := []any{p.rec.lastActed(p.now()).UnixMicro(), max(p.rec.Since.UnixMicro(), p.rec.Renewed.UnixMicro()), startArg}
+		if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.st.tbl.term+"` (lock_name, epoch, holder, host, pid, started_at, ended_at, reason) "+
+			"VALUES (?, ?, ?, ?, ?, "+atMicros+", IF(? IS NULL, NULL, "+ended+"), ?)",
+			slices.Concat([]any{s.lock, p.rec.Token, p.rec.Identity, p.rec.Host, p.rec.PID, p.rec.Since.UnixMicro(), reason}, endedArgs, []any{reason})...)); err != nil {
+			return during("writing the history", schemaError(s.st.tbl, err))
+		}
+		if _, err := q.ExecContext(ctx, text("UPDATE `"+s.st.tbl.term+"` SET ended_at = IF(epoch = ?, "+ended+", "+atMicros+"), "+
+			"reason = IF(epoch = ?, COALESCE(?, ?), ?) WHERE lock_name = ? AND epoch < ? AND ended_at IS NULL",
+			slices.Concat([]any{p.rec.Token}, endedArgs, []any{p.rec.Since.UnixMicro(), p.rec.Token, reason, stateLost, stateLost, s.lock, token})...)); err != nil {
+			return during("closing the last term", schemaError(s.st.tbl, err))
+		}
+	}
+	// Not before the last term's end as its row has it: the last leader
+	// may have written its own since this term's claim (a resignation
+	// releases first), on a clock stepped back meanwhile.
 	host, _ := os.Hostname()
 	if _, err := q.ExecContext(ctx, text("INSERT IGNORE INTO `"+s.st.tbl.term+"` (lock_name, epoch, holder, host, pid, server, started_at) "+
-		"VALUES (?, ?, ?, ?, ?, "+serverName+", ", s.lock, token, s.st.cfg.Identity, host, os.Getpid())+start+")"); err != nil {
+		"SELECT ?, ?, ?, ?, ?, "+serverName+", "+datetime("GREATEST("+startUS+", COALESCE(MAX("+utcMicros("t.ended_at")+"), "+startUS+"))")+
+		" FROM `"+s.st.tbl.term+"` t WHERE t.lock_name = ? AND t.epoch = ?",
+		s.lock, token, s.st.cfg.Identity, host, os.Getpid(), startArg, startArg, s.lock, p.rec.Token)); err != nil {
 		return during("writing the history", schemaError(s.st.tbl, err))
 	}
 	if prune {

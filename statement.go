@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
@@ -97,6 +98,12 @@ func utcMicros(col string) string {
 // the Unix epoch: the inverse of utcMicros.
 const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
 
+// datetime is the UTC DATETIME(6) of us, an SQL expression of
+// microseconds since the Unix epoch: atMicros for an expression.
+func datetime(us string) string {
+	return "TIMESTAMPADD(MICROSECOND, " + us + ", '1970-01-01 00:00:00')"
+}
+
 // ageMicros is how long ago col was, on the database clock.
 func ageMicros(col string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + col + ", UTC_TIMESTAMP(6))"
@@ -112,6 +119,30 @@ const serverName = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
 func drop(conn *sql.Conn) {
 	conn.Raw(func(any) error { return driver.ErrBadConn })
 	conn.Close()
+}
+
+// release gives conn back to the pool, or drops it if err is the server's
+// refusal to write as read-only: database/sql keeps a session that got a
+// server's error, so a pool whose sessions reach an old primary, left up
+// read-only by a failover, would never reach the new one.
+func release(conn *sql.Conn, err error) {
+	if readOnly(err) {
+		drop(conn)
+		return
+	}
+	conn.Close()
+}
+
+// write runs one write through the pool db, on a session it then releases
+// (release), and returns its error as refusal does.
+func write(ctx context.Context, db *sql.DB, query string) (sql.Result, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	res, err := conn.ExecContext(ctx, query)
+	release(conn, err)
+	return res, refusal(err)
 }
 
 // literals joins ss as SQL string literals.

@@ -99,13 +99,22 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 
 // leaderless is how long the election had no leader when this read was
 // made, at most: since p's last sign of life (its recorded end, else its
-// last renewal: a leader that crashed died after it), on the database
-// clock. ok is false for an election's first term.
+// last renewal: a leader that crashed died after it), as this candidate's
+// watch of the database clock vouches for it (a step of that clock
+// neither adds to it nor takes from it), or on that clock for a read not
+// vouched for. ok is false for an election's first term.
 func (p predecessor) leaderless() (d time.Duration, ok bool) {
 	if !p.exists {
 		return 0, false
 	}
-	seen := p.rec.Ended // its last sign of life: its recorded end, else its last renewal
+	if !p.rec.read.IsZero() {
+		seen := p.rec.endedBy
+		if seen.IsZero() {
+			seen = p.rec.renewedBy
+		}
+		return max(p.rec.read.Sub(seen), 0), true
+	}
+	seen := p.rec.Ended
 	if seen.IsZero() {
 		seen = p.rec.Renewed
 	}
@@ -295,6 +304,7 @@ func (t *Term) finish() {
 		// code outlived that. Writing the end after the lease is harmless:
 		// the lock is still this session's until it is released or dropped.
 		end.at = earlier(time.Now(), t.deadline())
+		end.lasted = end.at.Sub(t.start)
 		bound := t.deadline()
 		if soon := time.Now().Add(t.st.cfg.Interval); bound.Before(soon) {
 			bound = soon
@@ -308,6 +318,7 @@ func (t *Term) finish() {
 		// A leader cut off or paused stopped acting at its lease's end at
 		// the latest.
 		end.at = earlier(end.at, t.deadline())
+		end.lasted = end.at.Sub(t.start)
 		ctx, cancel := context.WithTimeout(context.Background(), t.st.cfg.Interval)
 		if err = t.h.lost(ctx, end); err != nil {
 			t.log.Warn("could not record why the term ended; it will be recorded when the server answers", "reason", end.why, "err", err)

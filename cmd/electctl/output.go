@@ -123,7 +123,14 @@ func (t *jsonTime) UnmarshalJSON(b []byte) error {
 }
 
 // ago prints how long ago something was, to the millisecond.
-func ago(d time.Duration) string { return d.Round(time.Millisecond).String() + " ago" }
+// A stamp more than a moment ahead of the server's clock was made before
+// that clock was stepped back: its age cannot be read off it.
+func ago(d time.Duration) string {
+	if d < -time.Millisecond {
+		return (-d).Round(time.Millisecond).String() + " in the future (the server's clock went back since)"
+	}
+	return max(d, 0).Round(time.Millisecond).String() + " ago"
+}
 
 // ms gives a duration in milliseconds, for JSON.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
