@@ -245,11 +245,26 @@ func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 // getLock runs GET_LOCK(name, wait) on the session, the wait shortened to
 // fit under a learnt readTimeout. GET_LOCK returns 1 when acquired, 0 on
 // timeout, NULL on error (a killed query).
+//
+// A timed wait the server has not answered W after its end went to a
+// server that stopped or was cut off (a primary paused or partitioned in an
+// unplanned failover): the session is dropped, and the candidate campaigns
+// again through the pool, which may reach a promoted replica. A queued
+// waiter's hour is left alone: the deputy's bounded wait covers the
+// election. (The server times its waits on its wall clock: a step of it
+// back by more than W cuts a wait, and costs the deputy its place, never
+// more.)
 func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (bool, error) {
 	var got sql.NullInt64
 	wait = s.g.limit.fit(wait)
+	waitCtx := ctx
+	if wait > 0 && wait < queueWait {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, wait+time.Duration(s.g.st.cfg.waitTimeout())*time.Second)
+		defer cancel()
+	}
 	began := time.Now()
-	err := s.conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", name, s.g.server.lockWait(wait))).Scan(&got)
+	err := s.conn.QueryRowContext(waitCtx, text("SELECT GET_LOCK(?, ?)", name, s.g.server.lockWait(wait))).Scan(&got)
 	ran := time.Since(began)
 	cut := errors.Is(err, mysql.ErrInvalidConn)
 	if wait > 0 && ctx.Err() == nil && (err == nil || cut) {
@@ -262,6 +277,9 @@ func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return false, ctx.Err()
+	case err != nil && waitCtx.Err() != nil:
+		return false, fmt.Errorf("%w: the server did not answer a wait of %v for a lock within %v after its end: it stopped or was cut off; the session is dropped",
+			ErrSessionLost, wait, ran.Round(time.Millisecond)-wait)
 	case cut && wait > 0:
 		return false, fmt.Errorf("%w: waiting up to %v for a lock, the connection failed after %v, as it does when a DSN readTimeout is shorter than the wait (two such cuts in a row, and the waits are made to fit under it): %w",
 			ErrSessionLost, wait, ran.Round(time.Millisecond), err)

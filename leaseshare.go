@@ -184,6 +184,12 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
+	// A read takes no lock, so nothing but a server that stopped or was cut
+	// off holds it past a lease: given up then, its session is closed, and
+	// the next read dials the DSN's address again (a promoted replica, in
+	// an unplanned failover).
+	readCtx, cancelRead := context.WithTimeout(ctx, ls.key.lease)
+	defer cancelRead()
 	recs := map[string]Record{}
 	reads := map[string]reading{}
 	for rest := holds; len(rest) > 0; {
@@ -194,7 +200,7 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 			locks[i] = literal(h.lock)
 		}
 		sent := time.Now()
-		rs, err := readRecords(ctx, ls.key.db, ls.key.tbl, "WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
+		rs, err := readRecords(readCtx, ls.key.db, ls.key.tbl, "WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
 		if err != nil {
 			return // the candidates wait for the next read; their own tries are bounded
 		}

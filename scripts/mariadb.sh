@@ -18,6 +18,28 @@ ensure_mariadb() {
   command -v mariadbd >/dev/null 2>&1 || { echo "mariadbd still not found after apt-get" >&2; return 1; }
 }
 
+# The tests of the server's own clock (the root package's TestClockSteps*,
+# cmd/electbench's TestChaosClock) run a private mariadbd under libfaketime,
+# from Debian's faketime package, and step its clock; without it they skip,
+# and this says why.
+ensure_faketime() {
+  for lib in /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1; do
+    [ -f "$lib" ] && return 0
+  done
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! sudo -n true 2>/dev/null; then
+      echo "NOTE: the tests of the server's clock will skip: installing faketime needs root" >&2
+      return 0
+    fi
+    sudo="sudo -n"
+  fi
+  echo "installing faketime from the Debian packages for the tests of the server's clock..." >&2
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq faketime >/dev/null; }; then
+    echo "NOTE: the tests of the server's clock will skip: apt-get could not install faketime" >&2
+  fi
+}
+
 # The Galera suite (internal/galeratest) starts a 3-node MariaDB Galera
 # cluster and HAProxy from the Debian packages. Its Go harness installs what
 # is missing too, but installing here keeps apt-get out of the timed tests,

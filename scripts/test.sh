@@ -42,6 +42,7 @@ GOTOOLCHAIN=$oldest go build "$pkgs"
 GOTOOLCHAIN=$oldest go vet "$pkgs"
 bash scripts/spin.sh
 ensure_mariadb
+ensure_faketime
 ensure_galera
 ensure_etcd
 go test -race -count=1 -timeout 20m "$@" "$pkgs"

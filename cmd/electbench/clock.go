@@ -25,6 +25,7 @@ const (
 	fClockForward     = "clock-forward"      // ahead by 3 s to 5 min for 0.2 to 3 s, then back to real time
 	fClockBack        = "clock-back"         // behind, the same
 	fClockStrobe      = "clock-strobe"       // ahead by 3 s to 1 min and back every 300 ms, for 2 to 5 s
+	fClockSawtooth    = "clock-sawtooth"     // ahead by 3 s to 1 min and back every lease, 3 to 6 times
 	fClockForwardKill = "clock-forward-kill" // ahead by 3 s to 1 min and the leader SIGKILLed, back once the next acts
 	fClockBackKill    = "clock-back-kill"    // behind, the same
 )
@@ -32,7 +33,7 @@ const (
 // clockFaults are drawn only when -fault-kinds names them: they need a
 // private server under libfaketime (mysqltest.StartSteppable), and they
 // fail the library until its waiters judge a leader by their own clock.
-var clockFaults = []string{fClockForward, fClockBack, fClockStrobe, fClockForwardKill, fClockBackKill}
+var clockFaults = []string{fClockForward, fClockBack, fClockStrobe, fClockSawtooth, fClockForwardKill, fClockBackKill}
 
 // isClock reports whether fault steps the server's clock.
 func isClock(fault string) bool { return slices.Contains(clockFaults, fault) }
@@ -48,8 +49,18 @@ func steppedClockHits(contender string) bool {
 	return isLibrary(contender) || contender == plainGetLock
 }
 
-// strobePeriod is how long a strobe holds each of its two offsets.
+// strobePeriod is how long a strobe holds each of its two offsets; a
+// sawtooth holds each for a lease, long enough for every waiter to read the
+// record on each, and for the leader to renew on each.
 const strobePeriod = 300 * time.Millisecond
+
+// alternation is how long a strobe or a sawtooth holds each offset.
+func (a *arena) alternation(fault string) time.Duration {
+	if fault == fClockSawtooth {
+		return a.tm.Lease
+	}
+	return strobePeriod
+}
 
 // drawClock draws a clock fault's step, ahead of real time or behind it
 // (negative), and how long the clock stays off real time (a kill's: until
@@ -61,6 +72,8 @@ func (a *arena) drawClock(fault string) (step, hold time.Duration) {
 		step, hold = logUniform(r, 3*time.Second, 5*time.Minute), uniform(r, 200*time.Millisecond, 3*time.Second)
 	case fClockStrobe:
 		step, hold = logUniform(r, 3*time.Second, time.Minute), uniform(r, 2*time.Second, 5*time.Second)
+	case fClockSawtooth:
+		step, hold = logUniform(r, 3*time.Second, time.Minute), time.Duration(2*(3+r.IntN(4)))*a.alternation(fault)
 	default:
 		step = logUniform(r, 3*time.Second, time.Minute)
 	}
@@ -136,9 +149,9 @@ func (a *arena) stepClock(ctx context.Context, tr trial, fault string, old event
 		if err := a.heal(ctx, fSIGKILL, p); err != nil {
 			return tr, err
 		}
-	case fault == fClockStrobe:
+	case fault == fClockStrobe, fault == fClockSawtooth:
 		for offset := step; time.Since(t0) < hold; {
-			a.watch(strobePeriod)
+			a.watch(a.alternation(fault))
 			offset = step - offset // back to real time and ahead again, in turn
 			if err := a.srv.StepClock(offset); err != nil {
 				return tr, err
@@ -270,7 +283,7 @@ func checkClock(a *arena, trials []trial, v *verdict) clockVerdict {
 func describeClock(t trial) string {
 	what := "stepped"
 	switch {
-	case t.Fault == fClockStrobe:
+	case t.Fault == fClockStrobe, t.Fault == fClockSawtooth:
 		what = "strobed"
 	case clockKills(t.Fault):
 		what = "stepped, the leader killed,"
