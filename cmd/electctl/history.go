@@ -32,10 +32,25 @@ func (c *cli) history(ctx context.Context, name string) int {
 			Ended    jsonTime `json:"ended"`
 			Reason   string   `json:"reason"`
 			Duration string   `json:"duration"`
+			// By the leader's own clock (null: it did not record its end),
+			// and how far the server's clock moved during the term beyond
+			// that (null: not known, or within the round trips).
+			LastedMS     *float64 `json:"lasted_ms"`
+			ClockMovedMS *float64 `json:"clock_moved_ms"`
 		}
 		views := []termView{}
 		for _, t := range hist {
-			views = append(views, termView{t.Token, t.Identity, t.Host, t.PID, t.Server, jsonTime(t.Started), jsonTime(t.Ended), t.Reason, duration(t)})
+			v := termView{Token: t.Token, Leader: t.Identity, Host: t.Host, PID: t.PID, Server: t.Server, Started: jsonTime(t.Started), Ended: jsonTime(t.Ended),
+				Reason: t.Reason, Duration: duration(t)}
+			if t.Lasted > 0 {
+				lasted := ms(t.Lasted)
+				v.LastedMS = &lasted
+			}
+			if moved, ok := clockMoved(t); ok {
+				m := ms(moved)
+				v.ClockMovedMS = &m
+			}
+			views = append(views, v)
 		}
 		return c.printJSON(views)
 	}
@@ -71,10 +86,38 @@ func servedBy(t election.TermRecord, older []election.TermRecord) string {
 	return shown(t.Server)
 }
 
-// duration prints how long a term lasted, or - while it goes on.
+// duration prints how long a term lasted, or - while it goes on: by its
+// leader's own clock where it recorded its end, else between its start and
+// end on the server's clock; and, where the two disagree by more than the
+// round trips between them, how far the server's clock moved meanwhile (a
+// step: the history holds its times still while the clock is behind, so
+// that no term starts before the last one ended).
 func duration(t election.TermRecord) string {
 	if t.Ended.IsZero() {
 		return "-"
 	}
-	return t.Ended.Sub(t.Started).Round(time.Millisecond).String()
+	if t.Lasted <= 0 {
+		return t.Ended.Sub(t.Started).Round(time.Millisecond).String()
+	}
+	out := t.Lasted.Round(time.Millisecond).String()
+	if moved, ok := clockMoved(t); ok {
+		sign := ""
+		if moved > 0 {
+			sign = "+"
+		}
+		out += " (the server's clock moved " + sign + moved.Round(time.Millisecond).String() + ")"
+	}
+	return out
+}
+
+// clockMoved is how much longer term t lasted on the server's clock than by
+// its leader's, where it differs by more than 100 ms and 1 %: more than the
+// round trips of the statements that took its start and its end, and the
+// clocks' rates, account for.
+func clockMoved(t election.TermRecord) (time.Duration, bool) {
+	if t.Lasted <= 0 || t.Ended.IsZero() {
+		return 0, false
+	}
+	moved := t.Ended.Sub(t.Started) - t.Lasted
+	return moved, moved.Abs() > 100*time.Millisecond+t.Lasted/100
 }
