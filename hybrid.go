@@ -469,7 +469,9 @@ type TermRecord struct {
 	// when it saw its term end (a paused or cut-off leader: its lease's end
 	// at the latest), even if it could write that only later. For a "lost"
 	// term, when it could act no longer as far as anyone could tell: the
-	// next term's start or its lease's end, whichever came first.
+	// next term's start or its lease's end, whichever came first, and not
+	// before its last renewal. Never before Started, nor after the next
+	// term's Started, whatever the database clock did (see Lasted).
 	Ended time.Time
 	// Reason says why the term ended, in the words the leader's log ("term
 	// ended", reason=...), its Observer and Watch use: resigned, demoted,
