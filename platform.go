@@ -266,9 +266,10 @@ func denied(err error) bool { return serverError(err, 1142, 1227, 8121) }
 // readOnly reports a write the server refused because it is read-only,
 // whoever the user: it is not the primary, or no longer (a failover that
 // left it up, read-only, as Aurora, RDS and orchestrator do; or a DSN
-// that names a replica). MariaDB refuses with 1290 under read_only, and
-// with 1036 ("Table ... is read only") a write to an InnoDB table under
-// innodb_read_only (both tested here); MySQL with 1290 under read_only and
+// that names a replica). MariaDB refuses with 1290 under read_only (the
+// failover tests of internal/replicatest), and with 1036 ("Table ... is
+// read only") a write to an InnoDB table under innodb_read_only (tried by
+// hand here, not by a test); MySQL with 1290 under read_only and
 // super_read_only, and 1036 under innodb_read_only (ha_innodb.cc returns
 // HA_ERR_TABLE_READONLY; by its source, not tested here); TiDB with 1836
 // under tidb_super_read_only and tidb_restricted_read_only
