@@ -150,3 +150,32 @@ func assertHistoryInOrder(t *testing.T, ops *election.Operator) []election.TermR
 	}
 	return hist
 }
+
+// A one-shot try (TryRun, electctl run --nonblock: a cron job, a process
+// that has just started) of a lease whose leader crashed long enough ago
+// for the server's clock to call it over, but which the try's process has
+// never watched, watches it for the lease and margin it shows, then takes
+// it: refused for good, every later cron run would find the election held
+// by the dead leader; taken on the server's clock at first sight, a step of
+// that clock forward would depose a healthy leader.
+func TestTryRunTakesALeaseItDidNotWatch(t *testing.T) {
+	db, g, first := leadingGroup(t, election.LeaseRow, "cron", 1)
+	g.signal(first.ID, syscall.SIGKILL)
+	time.Sleep(fast.Lease + fast.Margin + fast.Interval) // over, by the server's clock
+	fresh := openDSN(t, g.dsn)                           // a new process's pool: no watch of the server's clock yet
+	cfg := fast
+	cfg.Strategy, cfg.Identity = election.LeaseRow, "cron-2"
+	e := newElectorWith(t, fresh, "cron", cfg)
+	began := time.Now()
+	var token uint64
+	err := e.TryRun(ctxFor(t, time.Minute), 0, func(ctx context.Context, term *election.Term) error {
+		token = term.Token()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("TryRun after the leader crashed: %v", err)
+	}
+	t.Logf("the try led after %v, with token %d", time.Since(began).Round(time.Millisecond), token)
+	assertTokenAfter(t, token, first.Token)
+	checkWrites(t, db)
+}

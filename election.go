@@ -557,7 +557,11 @@ func (e *Elector) setStopped(err error) {
 // do not retry, so the task is not done for that slot, and nothing says
 // so. (Under GetLock the election is free again as soon as the winner's
 // process dies, so an instance whose schedule fires after that runs fn;
-// under LeaseRow it stays held until the lease runs out.) A task that must
+// under LeaseRow it stays held until the lease runs out. A lease the
+// database clock shows run out, which this process has not watched, is
+// watched for up to its lease and margin before TryRun answers: a process
+// that has just started cannot tell such a lease from a healthy one read
+// just after a step of that clock, see docs/protocol.md, "Clocks".) A task that must
 // be done once per slot has to record it: write the slot's key (its
 // period) in the same fenced transaction as the task's work (Term.Fenced),
 // and have each run first do the slots since the last one recorded.

@@ -179,6 +179,13 @@ func (r Record) stale() bool { return r.renewalAge() > r.Expiry }
 // defied: asked to step down longer than its lease plus margin ago.
 func (r Record) defied() bool { return r.demoted && r.demotionAge() > r.Expiry }
 
+// onServer is r as a one-shot reader sees it: with the database clock's
+// ages, not the reader's watch's.
+func (r Record) onServer() Record {
+	r.read = time.Time{}
+	return r
+}
+
 // renewalAge and demotionAge are how long before the read the last
 // renewal and the demotion were stamped: at least as long as the reader's
 // watch vouches for (store.vouch), or on the database clock for a record

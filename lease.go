@@ -80,6 +80,8 @@ func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error)
 			return won{h: h, token: h.token, sent: o.sent, delay: o.delay, p: o.p}, nil
 		case !errors.Is(err, ErrHeld) && !errors.Is(err, errYield):
 			return won{}, err
+		case try && errors.Is(err, ErrHeld) && !o.p.rec.onServer().Leading():
+			return l.watchOnce(ctx, h, o.p.rec)
 		case try:
 			return won{}, ErrHeld
 		case errors.Is(err, ErrHeld):
@@ -89,6 +91,37 @@ func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error)
 			return won{}, err
 		}
 	}
+}
+
+// watchOnce is a try's answer when the database clock says the lease rec
+// names is over, but this process's watch cannot vouch for that yet: it
+// has not watched that renewal (a process just started, as a cron job's
+// is, or the server's clock just stepped). Held for good, the election of
+// a leader that crashed would stay refused to every later try; taken on
+// the server's clock, a step forward would depose a healthy leader. So
+// the try watches it, as a waiting candidate would, for up to the lease
+// and margin it shows, and tries once more when its watch says it is over
+// (a live leader renews meanwhile: held).
+func (l *leaseRow) watchOnce(ctx context.Context, h *leaseHold, rec Record) (won, error) {
+	l.log.Debug("the database clock says the lease is over, which this process has not watched: watching it before the answer",
+		"leader", rec.Identity, "token", rec.Token, "for", (rec.Expiry + l.st.cfg.CheckInterval).String())
+	wctx, cancel := context.WithTimeout(ctx, rec.Expiry+l.st.cfg.CheckInterval)
+	defer cancel()
+	var seen leaderSeen
+	if err := h.share.awaitFree(wctx, h, &seen, l.log); err != nil {
+		if ctx.Err() != nil {
+			return won{}, ctx.Err()
+		}
+		return won{}, ErrHeld
+	}
+	o, err := h.take(ctx)
+	if err != nil {
+		if errors.Is(err, errYield) {
+			err = ErrHeld
+		}
+		return won{}, err
+	}
+	return won{h: h, token: h.token, sent: o.sent, delay: o.delay, p: o.p}, nil
 }
 
 // take takes the lease if the election is free, or returns ErrHeld or
