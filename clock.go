@@ -32,6 +32,12 @@ func stepSlack(span time.Duration) time.Duration {
 	return time.Millisecond + span/1000
 }
 
+// noticedStep is the least step worth a WARN: NTP steps a clock by
+// 128 ms or more (ntpd's threshold; chrony's is a second), while the
+// clocks of a cluster's nodes, which a pool may reach in turn, differ by a
+// few ms, each seen as a step, at Debug.
+const noticedStep = 100 * time.Millisecond
+
 // serverClock is what one process has seen of a server's clock through
 // one pool: the latest reading, and the first reading of the current run,
 // in which the server's clock moved between any two readings as the local
@@ -135,10 +141,14 @@ type sightings struct {
 // logged.
 func (s *store) vouch(rec *Record, r reading) {
 	step, anchor := s.first.clock.see(r)
-	if step != 0 {
+	switch {
+	case step.Abs() >= noticedStep:
 		s.cfg.Logger.Warn("the database server's clock stepped: ages of the election's rows are judged from this candidate's own clock "+
 			"until it has watched the server's for a while (no leader is deposed by a step, and none is waited for longer)",
 			"election", s.name, "step", step.Round(time.Millisecond).String())
+	case step != 0:
+		s.cfg.Logger.Debug("the database server's clock moved apart from this candidate's (another node of a cluster, or a small step): a new run of the watch",
+			"election", s.name, "step", step.String())
 	}
 	seen := &s.seen
 	seen.mu.Lock()
