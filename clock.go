@@ -23,14 +23,21 @@ type reading struct {
 	sent, recv time.Time
 }
 
-// stepSlack is what a comparison of the server's clock with the local one
-// allows beyond the round trips that bound it: the clocks' rates may
-// differ (NTP slews by at most 500 ppm) and the server rounds to µs. A
-// step smaller than this and the round trips goes unseen, and moves a
-// decision by at most that much.
-func stepSlack(span time.Duration) time.Duration {
-	return time.Millisecond + span/1000
-}
+// The server's clock runs at its own offset from the local monotonic
+// clock: a reading taken between a statement's send and its receipt puts
+// that offset (the server's µs minus the local instant) in an interval as
+// wide as the round trip. Across a run of readings with no step, every
+// reading's interval holds the offset, so the run keeps their intersection,
+// as tight as its quickest round trip. A reading whose interval misses it
+// was taken after a step. The clocks' rates may differ (NTP slews by at
+// most 500 ppm): the intersection widens by rateSlack of the time since it
+// was last narrowed, and a reading more than runGap after that starts a new
+// run, so that a step never hides in the slack of a long pause. A step
+// smaller than the tolerance goes unseen, and moves a decision by at most
+// that much.
+const runGap = 10 * time.Second
+
+func rateSlack(since time.Duration) time.Duration { return time.Millisecond + since/1000 }
 
 // noticedStep is the least step worth a WARN: NTP steps a clock by
 // 128 ms or more (ntpd's threshold; chrony's is a second), while the
@@ -39,64 +46,73 @@ func stepSlack(span time.Duration) time.Duration {
 const noticedStep = 100 * time.Millisecond
 
 // serverClock is what one process has seen of a server's clock through
-// one pool: the latest reading, and the first reading of the current run,
-// in which the server's clock moved between any two readings as the local
-// monotonic clock did. A step starts a new run; so does a read that
-// reaches another server whose clock differs by more than stepSlack (a
-// failover of the database, a cluster's other node).
+// one pool: the current run of its readings, in which the server's clock
+// moved as the local monotonic clock did. A step starts a new run; so does
+// a read that reaches another server whose clock differs by more than the
+// tolerance (a failover of the database, a cluster's other node).
 type serverClock struct {
 	mu     sync.Mutex
-	last   reading
-	anchor reading // the run's first reading; zero before the first
+	origin time.Time // the first reading's receipt: offsets are counted from it, in µs
+	run    run
 }
 
-// see takes reading r into the watch, and returns how far the server's
-// clock stepped since the last reading (0: no step seen; a new run starts
-// at r otherwise) and the run's first reading.
-func (c *serverClock) see(r reading) (step time.Duration, anchor reading) {
+// run is a run of readings: its first receipt, and the interval that
+// holds the server's offset from the local clock, as narrowed at at.
+type run struct {
+	first, at time.Time
+	lo, hi    int64 // µs: the server's clock minus (the local instant - origin)
+}
+
+// offsets is the interval of the server's offset that reading r puts it in.
+func (c *serverClock) offsets(r reading) (lo, hi int64) {
+	return r.serverUS - r.recv.Sub(c.origin).Microseconds(), r.serverUS - r.sent.Sub(c.origin).Microseconds()
+}
+
+// see takes reading r into the watch. It returns how far the server's
+// clock stepped since the run's readings (0: no step seen, or a new run
+// after a long pause), and what r lets a reader place stamps by.
+func (c *serverClock) see(r reading) (step time.Duration, p placing) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.anchor.recv.IsZero() {
-		c.last, c.anchor = r, r
-		return 0, r
+	if c.origin.IsZero() {
+		c.origin = r.recv
 	}
-	l := c.last
-	// Each reading was taken between its send and its receipt, so without
-	// a step the server's clock moved between them by no less than the
-	// time from l's receipt to r's send, and no more than from l's send to
-	// r's receipt.
-	moved := time.Duration(r.serverUS-l.serverUS) * time.Microsecond
-	lo, hi := r.sent.Sub(l.recv), r.recv.Sub(l.sent)
-	slack := stepSlack(hi)
-	switch {
-	case moved < lo-slack:
-		step = moved - lo
-	case moved > hi+slack:
-		step = moved - hi
+	lo, hi := c.offsets(r)
+	cur := c.run
+	switch slack := rateSlack(r.recv.Sub(cur.at)).Microseconds(); {
+	case cur.first.IsZero() || r.recv.Sub(cur.at) > runGap:
+		c.run = run{first: r.recv, at: r.recv, lo: lo, hi: hi}
+	case hi < cur.lo-slack || lo > cur.hi+slack:
+		step = time.Duration((lo+hi)/2-(cur.lo+cur.hi)/2) * time.Microsecond
+		c.run = run{first: r.recv, at: r.recv, lo: lo, hi: hi}
+	case r.recv.After(cur.at):
+		c.run = run{first: cur.first, at: r.recv, lo: max(cur.lo-slack, lo), hi: min(cur.hi+slack, hi)}
+	default: // a reading that overlapped a later one: it narrows, and ages nothing
+		c.run.lo, c.run.hi = max(cur.lo, lo), min(cur.hi, hi)
 	}
-	if step != 0 {
-		c.anchor = r
-	}
-	if r.recv.After(l.recv) {
-		c.last = r
-	}
-	return step, c.anchor
+	return step, placing{origin: c.origin, first: c.run.first, lo: c.run.lo, recv: r.recv}
+}
+
+// placing is what one reading lets a reader place the server's stamps by:
+// the run's least offset and first receipt, and the reading's receipt.
+type placing struct {
+	origin, first, recv time.Time
+	lo                  int64
 }
 
 // stampedBy returns the latest local instant at which the server can have
-// stamped us, by reading r in a run that began at anchor: us moved back
-// from r's receipt by its age on the server's clock, but not later than
-// the receipt (a stamp ahead of the reading: the clock went back since),
-// and not earlier than the run's first receipt (a stamp from before the
-// run may have been made on a clock since stepped: it was made before
-// that receipt, which is all that is known).
-func stampedBy(us int64, r, anchor reading) time.Time {
-	at := r.recv.Add(-time.Duration(r.serverUS-us) * time.Microsecond)
-	if at.After(r.recv) {
-		at = r.recv
+// stamped us: us moved back by the least offset the run allows, but not
+// later than the reading's receipt (a stamp ahead of the reading: the
+// clock went back since) and not earlier than the run's first receipt (a
+// stamp from before the run may have been made on a clock since stepped:
+// it was made before that receipt, which is all that is known).
+func (p placing) stampedBy(us int64) time.Time {
+	at := p.origin.Add(time.Duration(us-p.lo) * time.Microsecond)
+	if at.After(p.recv) {
+		at = p.recv
 	}
-	if at.Before(anchor.recv) {
-		at = anchor.recv
+	if at.Before(p.first) {
+		at = p.first
 	}
 	return at
 }
@@ -140,26 +156,30 @@ type sightings struct {
 // Record.renewalAge). A step of the server's clock seen by this read is
 // logged.
 func (s *store) vouch(rec *Record, r reading) {
-	step, anchor := s.first.clock.see(r)
+	step, p := s.first.clock.see(r)
 	switch {
 	case step.Abs() >= noticedStep:
-		s.cfg.Logger.Warn("the database server's clock stepped: ages of the election's rows are judged from this candidate's own clock "+
-			"until it has watched the server's for a while (no leader is deposed by a step, and none is waited for longer)",
+		s.cfg.Logger.Warn("the database server's clock stepped, or the pool reached another server whose clock differs: "+
+			"a renewal of the election stamped before this read counts as made at it, so no leader is deposed by the step "+
+			"(a lease that ran out meanwhile is taken over up to Lease+Margin later)",
 			"election", s.name, "step", step.Round(time.Millisecond).String())
 	case step != 0:
 		s.cfg.Logger.Debug("the database server's clock moved apart from this candidate's (another node of a cluster, or a small step): a new run of the watch",
 			"election", s.name, "step", step.String())
 	}
+	rec.read = r.recv
+	if rec.Token == 0 { // no record: nothing stamped
+		return
+	}
 	seen := &s.seen
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
-	rec.read = r.recv
-	rec.renewedBy = seen.renewal.see(rec.Token, rec.Renewed.UnixMicro(), stampedBy(rec.Renewed.UnixMicro(), r, anchor))
-	rec.claimedBy = seen.claimed.see(rec.Token, rec.Since.UnixMicro(), stampedBy(rec.Since.UnixMicro(), r, anchor))
+	rec.renewedBy = seen.renewal.see(rec.Token, rec.Renewed.UnixMicro(), p.stampedBy(rec.Renewed.UnixMicro()))
+	rec.claimedBy = seen.claimed.see(rec.Token, rec.Since.UnixMicro(), p.stampedBy(rec.Since.UnixMicro()))
 	if !rec.Ended.IsZero() {
-		rec.endedBy = stampedBy(rec.Ended.UnixMicro(), r, anchor)
+		rec.endedBy = p.stampedBy(rec.Ended.UnixMicro())
 	}
 	if rec.demoteAt.Valid {
-		rec.demotedBy = seen.demotion.see(rec.Token, rec.demoteAt.Int64, stampedBy(rec.demoteAt.Int64, r, anchor))
+		rec.demotedBy = seen.demotion.see(rec.Token, rec.demoteAt.Int64, p.stampedBy(rec.demoteAt.Int64))
 	}
 }

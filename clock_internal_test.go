@@ -14,65 +14,84 @@ func at(t0 time.Time, offset time.Duration, sent, rtt int) reading {
 	return reading{serverUS: run.Add(offset).UnixMicro(), sent: s, recv: s.Add(time.Duration(rtt) * time.Millisecond)}
 }
 
-// The watch sees a step of the server's clock between two readings,
-// forward or back, and nothing else: not the round trips, not readings
-// that overlap or come out of order, not a rate within NTP's.
+// The watch sees a step of the server's clock between readings, forward or
+// back, and nothing else: not the round trips, not readings that overlap or
+// come out of order, not a rate within NTP's. A slow reading does not hide
+// a step the run's quicker readings bound; a long pause starts a new run,
+// silently.
 func TestServerClockSeesSteps(t *testing.T) {
 	t0 := time.Now()
 	hour := time.Hour
 	for _, tc := range []struct {
-		name string
-		a, b reading
-		step bool
+		name     string
+		readings []reading
+		step     bool // the last reading saw a step
+		newRun   bool // the last reading starts a run
 	}{
-		{"no step", at(t0, hour, 0, 1), at(t0, hour, 200, 1), false},
-		{"long round trips", at(t0, hour, 0, 300), at(t0, hour, 1000, 900), false},
-		{"overlapping", at(t0, hour, 0, 50), at(t0, hour, 10, 5), false},
-		{"out of order", at(t0, hour, 100, 2), at(t0, hour, 0, 2), false},
-		{"a rate 500 ppm off over an hour", at(t0, 0, 0, 1), at(t0, 1800*time.Millisecond, 3600_000, 1), false},
-		{"forward 10 s", at(t0, 0, 0, 1), at(t0, 10*time.Second, 200, 1), true},
-		{"back 10 s", at(t0, 0, 0, 1), at(t0, -10*time.Second, 200, 1), true},
-		{"forward 20 ms", at(t0, 0, 0, 1), at(t0, 20*time.Millisecond, 200, 1), true},
-		{"a second server, 50 ms apart", at(t0, 0, 0, 1), at(t0, -50*time.Millisecond, 200, 1), true},
+		{"no step", []reading{at(t0, hour, 0, 1), at(t0, hour, 200, 1)}, false, false},
+		{"long round trips", []reading{at(t0, hour, 0, 300), at(t0, hour, 1000, 900)}, false, false},
+		{"overlapping", []reading{at(t0, hour, 0, 50), at(t0, hour, 10, 5)}, false, false},
+		{"out of order", []reading{at(t0, hour, 100, 2), at(t0, hour, 0, 2)}, false, false},
+		{"a rate 500 ppm off over 10 s, read every second", rated(t0, 500), false, false},
+		{"forward 10 s", []reading{at(t0, 0, 0, 1), at(t0, 10*time.Second, 200, 1)}, true, true},
+		{"back 10 s", []reading{at(t0, 0, 0, 1), at(t0, -10*time.Second, 200, 1)}, true, true},
+		{"forward 20 ms", []reading{at(t0, 0, 0, 1), at(t0, 20*time.Millisecond, 200, 1)}, true, true},
+		{"forward 400 ms under a slow reading of 1 s", []reading{at(t0, 0, 0, 1), at(t0, 0, 100, 1000), at(t0, 400*time.Millisecond, 1200, 1)}, true, true},
+		{"a second server, 50 ms apart", []reading{at(t0, 0, 0, 1), at(t0, -50*time.Millisecond, 200, 1)}, true, true},
+		{"a pause of a minute", []reading{at(t0, 0, 0, 1), at(t0, 0, 60_000, 1)}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c serverClock
-			c.see(tc.a)
-			step, anchor := c.see(tc.b)
-			if (step != 0) != tc.step {
-				t.Fatalf("step %v, want a step: %v", step, tc.step)
+			var step time.Duration
+			var p placing
+			for _, r := range tc.readings {
+				step, p = c.see(r)
 			}
-			if want := tc.a; tc.step {
-				if anchor != tc.b {
-					t.Errorf("the run begins at %+v, want the reading after the step", anchor)
-				}
-			} else if anchor != want {
-				t.Errorf("the run begins at %+v, want the first reading", anchor)
+			last := tc.readings[len(tc.readings)-1]
+			if (step != 0) != tc.step {
+				t.Errorf("step %v, want a step: %v", step, tc.step)
+			}
+			if newRun := p.first.Equal(last.recv); newRun != tc.newRun {
+				t.Errorf("the run begins %v after the first reading's receipt, want a new run: %v", p.first.Sub(tc.readings[0].recv), tc.newRun)
 			}
 		})
 	}
 }
 
-// A stamp is placed on the local clock by the reading's offset, but never
-// after the reading's receipt nor before the run's first receipt: a stamp
-// from before a step is as old as the run at most.
+// rated is readings a second apart over 10 s of a server whose clock runs
+// ppm faster than the local one.
+func rated(t0 time.Time, ppm int) []reading {
+	var rs []reading
+	for i := range 11 {
+		rs = append(rs, at(t0, time.Duration(i*ppm)*time.Millisecond/1000, i*1000, 1))
+	}
+	return rs
+}
+
+// A stamp is placed on the local clock by the run's offset, but never after
+// the reading's receipt nor before the run's first receipt: a stamp from
+// before a step is as old as the run at most.
 func TestStampedBy(t *testing.T) {
 	t0 := time.Now()
-	first := at(t0, 0, 0, 2)
-	r := at(t0, 0, 5000, 2)
-	us := func(d time.Duration) int64 { return t0.Add(d).UnixMicro() }
+	var c serverClock
+	first := at(t0, time.Hour, 0, 2)
+	c.see(first)
+	r := at(t0, time.Hour, 5000, 2)
+	_, p := c.see(r)
+	us := func(d time.Duration) int64 { return t0.Add(time.Hour + d).UnixMicro() }
 	for _, tc := range []struct {
 		name  string
 		stamp int64
-		want  time.Time
+		lo    time.Duration // the instant it is placed at is no earlier than this after t0
+		hi    time.Duration // and no later
 	}{
-		{"within the run", us(4 * time.Second), r.recv.Add(-time.Duration(r.serverUS-us(4*time.Second)) * time.Microsecond)},
-		{"before the run", us(-time.Hour), first.recv},
-		{"ahead of the reading", us(time.Hour), r.recv},
+		{"within the run", us(4 * time.Second), 4 * time.Second, 4*time.Second + 2*time.Millisecond},
+		{"before the run", us(-time.Hour), first.recv.Sub(t0), first.recv.Sub(t0)},
+		{"ahead of the reading", us(time.Hour), r.recv.Sub(t0), r.recv.Sub(t0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := stampedBy(tc.stamp, r, first); !got.Equal(tc.want) {
-				t.Errorf("stamped by %v, want %v", got.Sub(t0), tc.want.Sub(t0))
+			if got := p.stampedBy(tc.stamp).Sub(t0); got < tc.lo || got > tc.hi {
+				t.Errorf("placed %v after t0, want %v to %v", got, tc.lo, tc.hi)
 			}
 		})
 	}

@@ -103,8 +103,20 @@ func onConn(ctx context.Context, q querier, f func(q querier) error) error {
 // them in any order. The next start is read through a derived table, which
 // its aggregate keeps from being merged: MySQL refuses an UPDATE that
 // reads its own table otherwise, error 1093.)
+//
+// The next term's start reads the row this one's end writes, and may meet
+// it in a deadlock: the end is tried once more then.
 func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
-	return onConn(ctx, q, func(q querier) error { return s.endTermOn(ctx, q, lock, token, end) })
+	return onConn(ctx, q, func(q querier) error {
+		err := s.endTermOn(ctx, q, lock, token, end)
+		if conflict(err) {
+			err = s.endTermOn(ctx, q, lock, token, end)
+		}
+		if conflict(err) { // the record, which the next term reads, must still say it
+			err = s.endRecord(ctx, q, lock, token, end, "")
+		}
+		return err
+	})
 }
 
 func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uint64, end ending) error {
@@ -115,9 +127,9 @@ func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uin
 		"LEFT JOIN (SELECT MIN(started_at) AS started_at FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch > ?) n ON 1 "+
 		"SET r.state = ?, r.ended_at = "+datetime("GREATEST("+utcMicros("r.since")+", "+at+")")+", "+
 		"t.ended_at = "+datetime("GREATEST("+utcMicros("t.started_at")+", LEAST("+at+", COALESCE("+utcMicros("n.started_at")+", "+at+")))")+
-		", t.reason = ?, t.lasted_us = ?",
+		", t.reason = ?, t.lasted_us = COALESCE(?, t.lasted_us)",
 		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, lock, token, end.why, us, us, us, end.why, end.lastedUS()))
-	if denied(err) || serverError(err, 1146, 1205, 1213) {
+	if denied(err) || serverError(err, 1146, 1205) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
 		err = s.endRecord(ctx, q, lock, token, end, "")

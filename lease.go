@@ -104,8 +104,10 @@ func (l *leaseRow) win(ctx context.Context, h *leaseHold, try bool) (won, error)
 // (a live leader renews meanwhile: held).
 func (l *leaseRow) watchOnce(ctx context.Context, h *leaseHold, rec Record) (won, error) {
 	l.log.Debug("the database clock says the lease is over, which this process has not watched: watching it before the answer",
-		"leader", rec.Identity, "token", rec.Token, "for", (rec.Expiry + l.st.cfg.CheckInterval).String())
-	wctx, cancel := context.WithTimeout(ctx, rec.Expiry+l.st.cfg.CheckInterval)
+		"leader", rec.Identity, "token", rec.Token, "for", (rec.Expiry + 2*l.st.cfg.CheckInterval).String())
+	// From the try's read, where the watch first saw the renewal, to the
+	// share's read after the lease and margin: two check intervals.
+	wctx, cancel := context.WithTimeout(ctx, rec.Expiry+2*l.st.cfg.CheckInterval)
 	defer cancel()
 	var seen leaderSeen
 	if err := h.share.awaitFree(wctx, h, &seen, l.log); err != nil {

@@ -184,12 +184,6 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 	ls.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	// A read takes no lock, so nothing but a server that stopped or was cut
-	// off holds it past a lease: given up then, its session is closed, and
-	// the next read dials the DSN's address again (a promoted replica, in
-	// an unplanned failover).
-	readCtx, cancelRead := context.WithTimeout(ctx, ls.key.lease)
-	defer cancelRead()
 	recs := map[string]Record{}
 	reads := map[string]reading{}
 	for rest := holds; len(rest) > 0; {
@@ -199,8 +193,14 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 		for i, h := range batch {
 			locks[i] = literal(h.lock)
 		}
+		// A read takes no lock, so nothing but a server that stopped or was
+		// cut off holds it past a lease: given up then, its session is
+		// closed, and the next read dials the DSN's address again (a
+		// promoted replica, in an unplanned failover).
+		readCtx, cancelRead := context.WithTimeout(ctx, ls.key.lease)
 		sent := time.Now()
 		rs, err := readRecords(readCtx, ls.key.db, ls.key.tbl, "WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
+		cancelRead()
 		if err != nil {
 			return // the candidates wait for the next read; their own tries are bounded
 		}
@@ -239,18 +239,26 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 			}
 		}
 	}
+	type handing struct {
+		h  *leaseHold
+		ch chan Record
+	}
+	var hand []handing
 	ls.mu.Lock()
 	for _, h := range holds {
 		if ch, ok := ls.waiting[h]; ok {
 			delete(ls.waiting, h)
-			rec, found := recs[h.st.name]
-			if found {
-				h.st.vouch(&rec, reads[h.st.name])
-			}
-			ch <- rec
+			hand = append(hand, handing{h, ch})
 		}
 	}
 	ls.mu.Unlock()
+	for _, w := range hand { // each channel holds one record: no send waits
+		rec, found := recs[w.h.st.name]
+		if found {
+			w.h.st.vouch(&rec, reads[w.h.st.name])
+		}
+		w.ch <- rec
+	}
 }
 
 // awaitFree waits, under ctx, until the share's read shows that the lease

@@ -275,14 +275,16 @@ func denied(err error) bool { return serverError(err, 1142, 1227, 8121) }
 // under tidb_super_read_only and tidb_restricted_read_only
 // (pkg/planner/optimize.go, plannererrors.ErrSQLInReadOnlyMode; by its
 // source, not tested here). Error 1290 names other options too: only the
-// read-only ones count.
+// read-only ones count. A session made read-only (transaction_read_only,
+// as some proxies set it on a replica's connections) refuses with 1792:
+// the same for the library, which writes on every session it takes.
 func readOnly(err error) bool {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
 		return false
 	}
 	switch me.Number {
-	case 1036, 1836:
+	case 1036, 1792, 1836:
 		return true
 	case 1290:
 		m := strings.ToLower(me.Message)

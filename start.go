@@ -118,15 +118,11 @@ func (p *predecessor) fields() []any {
 
 // delayLeft is the lock-delay still owed at the read, carried over in the
 // record (delay_until): counted from the claim that wrote it, which stamped
-// both, on the reader's watch when it vouched for the read (so that no
-// step of the database clock since shortens it), else on the database
-// clock.
+// both, on the reader's watch (so that no step of the database clock since
+// shortens it). Every read a term start follows is vouched for.
 func (p predecessor) delayLeft() time.Duration {
 	if !p.delayUntilUS.Valid {
 		return 0
-	}
-	if p.rec.read.IsZero() {
-		return max(micros(sql.NullInt64{Int64: p.delayUntilUS.Int64 - p.rec.nowUS}), 0)
 	}
 	owed := micros(sql.NullInt64{Int64: p.delayUntilUS.Int64 - p.rec.Since.UnixMicro()})
 	return max(p.rec.claimedBy.Add(owed).Sub(p.rec.read), 0)
@@ -160,7 +156,7 @@ func handingOver(t tables, r, me string) string {
 // lock-delay:
 //   - it refuses (ErrStrategy) while a term of the other strategy still acts;
 //   - under LeaseRow, it returns ErrHeld unless the last term has ended, gone
-//     stale (no renewal for its lease plus margin, database clock), or
+//     stale (no renewal for its lease plus margin, by the reader's watch), or
 //     ignored a demotion for as long;
 //   - it returns errYield while a hand-over to another live candidate is
 //     pending;
@@ -508,7 +504,7 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 		slices.SortFunc(batch, func(x, y *opening) int { return strings.Compare(x.s.lock, y.s.lock) })
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.limit)
 		conn, err := b.db.Conn(bctx)
-		all := batch
+		var refused error // by a read-only server: the session is dropped (release)
 		for try := 0; len(batch) > 0; try++ {
 			if err != nil {
 				for _, q := range batch {
@@ -517,15 +513,9 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 				}
 				break
 			}
-			batch = claimBatch(bctx, conn, batch, try)
+			batch = claimBatch(bctx, conn, batch, try, &refused)
 		}
 		if conn != nil {
-			var refused error // by a read-only server: see release
-			for _, q := range all {
-				if readOnly(q.err) {
-					refused = q.err
-				}
-			}
 			release(conn, refused)
 		}
 		cancel()
@@ -544,14 +534,18 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 // record yet, or no epoch row, and every claim of a batch whose UPDATE
 // lost to another transaction or waited too long for a row (a leader
 // stopped inside a fenced transaction holds its epoch row): one election's
-// wait or conflict must not become every other's.
-func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int) (raced []*opening) {
+// wait or conflict must not become every other's. A start the server
+// refused as read-only is noted in refused, before its caller may see it.
+func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, refused *error) (raced []*opening) {
 	defer func() {
 		again := map[*opening]bool{}
 		for _, o := range raced {
 			again[o] = true
 		}
 		for _, o := range batch {
+			if readOnly(o.err) {
+				*refused = o.err
+			}
 			if !again[o] {
 				close(o.done)
 			}
@@ -840,17 +834,35 @@ func (s termStart) history(ctx context.Context, q querier, token uint64, p prede
 		epoch  sql.Null[uint64]
 		server string
 	)
-	if err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("since")+", epoch, "+serverName+" FROM `"+s.st.tbl.record+"` WHERE lock_name = ?", s.lock)).
-		Scan(&since, &epoch, &server); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return during("writing the history", schemaError(s.st.tbl, err))
-	}
-	if !epoch.Valid || epoch.V < token {
-		return fmt.Errorf("election: the history of term %d was not written: the server the pool reaches, %s, has not granted that term "+
-			"(its record names term %d, 0: none): was the database failed over?", token, server, epoch.V)
+	// On a multi-primary cluster the session may reach a member that has
+	// not applied the claim yet: it is read again until it has, within the
+	// history's bound.
+	for cluster, _ := s.st.settled(); ; {
+		if err := q.QueryRowContext(ctx, text("SELECT "+utcMicros("since")+", epoch, "+serverName+" FROM `"+s.st.tbl.record+"` WHERE lock_name = ?", s.lock)).
+			Scan(&since, &epoch, &server); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return during("writing the history", schemaError(s.st.tbl, err))
+		}
+		if epoch.Valid && epoch.V >= token {
+			break
+		}
+		if !cluster.certifies() || ctx.Err() != nil {
+			return fmt.Errorf("election: the history of term %d was not written: the server the pool reaches, %s, has not granted that term "+
+				"(its record names term %d, 0: none): was the database failed over?", token, server, epoch.V)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	startUS, startArg := "?", since.Int64
-	if epoch.V > token { // a later term has the record by now
+	if epoch.V > token {
+		// A later term has the record by now: the claim's return, measured
+		// back from now, and never before anything the last term stamped,
+		// as the claim's since is not (values).
 		startUS, startArg = utcMicros(timeAgo), agoMicros(started)
+		if p.exists {
+			startUS = "GREATEST(" + startUS + ", " + literal(max(p.rec.Since.UnixMicro(), p.rec.Renewed.UnixMicro(), p.rec.Ended.UnixMicro())) + ")"
+		}
 	}
 	if p.exists {
 		// Ended as the record said, if it had recorded its end there; and

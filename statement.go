@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -134,15 +135,22 @@ func release(conn *sql.Conn, err error) {
 }
 
 // write runs one write through the pool db, on a session it then releases
-// (release), and returns its error as refusal does.
+// (release), and returns its error as refusal does. A session the driver
+// finds dead before it sent anything (driver.ErrBadConn) is replaced, as
+// DB.ExecContext does.
 func write(ctx context.Context, db *sql.DB, query string) (sql.Result, error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, refusal(err)
+	for try := 0; ; try++ {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, refusal(err)
+		}
+		res, err := conn.ExecContext(ctx, query)
+		release(conn, err)
+		if errors.Is(err, driver.ErrBadConn) && try < 2 {
+			continue
+		}
+		return res, refusal(err)
 	}
-	res, err := conn.ExecContext(ctx, query)
-	release(conn, err)
-	return res, refusal(err)
 }
 
 // literals joins ss as SQL string literals.

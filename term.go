@@ -100,25 +100,18 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 // leaderless is how long the election had no leader when this read was
 // made, at most: since p's last sign of life (its recorded end, else its
 // last renewal: a leader that crashed died after it), as this candidate's
-// watch of the database clock vouches for it (a step of that clock
-// neither adds to it nor takes from it), or on that clock for a read not
+// watch of the database clock vouches for it, so that a step of that clock
+// neither adds to it nor takes from it. Every read a term start follows is
 // vouched for. ok is false for an election's first term.
 func (p predecessor) leaderless() (d time.Duration, ok bool) {
 	if !p.exists {
 		return 0, false
 	}
-	if !p.rec.read.IsZero() {
-		seen := p.rec.endedBy
-		if seen.IsZero() {
-			seen = p.rec.renewedBy
-		}
-		return max(p.rec.read.Sub(seen), 0), true
-	}
-	seen := p.rec.Ended
+	seen := p.rec.endedBy
 	if seen.IsZero() {
-		seen = p.rec.Renewed
+		seen = p.rec.renewedBy
 	}
-	return max(p.now().Sub(seen), 0), true
+	return max(p.rec.read.Sub(seen), 0), true
 }
 
 // Token returns the term's fencing token: the election's epoch for this

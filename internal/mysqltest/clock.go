@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// faketimeLib is libfaketime's multi-threaded variant, from Debian's
-// faketime package: mariadbd is multi-threaded.
+// faketimeLibs are where Debian's faketime package puts libfaketime's
+// multi-threaded variant, which mariadbd needs, by architecture.
 var faketimeLibs = []string{
 	"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
 	"/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
