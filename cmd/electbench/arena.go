@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/faultproxy"
 	"github.com/sqlelect/election/internal/galeratest"
 	"github.com/sqlelect/election/internal/mysqltest"
@@ -443,6 +444,43 @@ func (a *arena) await(limit time.Duration, done func() bool) bool {
 		}
 		a.next(func(event) bool { return false }, 50*time.Millisecond)
 	}
+}
+
+// checked is the name of the election the arena checks: its writers'.
+func (a *arena) checked() string {
+	if a.shards {
+		return election.ShardName("bench", 0)
+	}
+	return "bench"
+}
+
+// campaigning waits, up to limit, until every candidate of this library's
+// contenders campaigns (Operator.Candidates: alive), so that a kill's
+// failover is the protocol's, not a candidate's pause before it campaigns
+// again after the last fault (a server restart drops every session, and
+// each candidate's Run waits its backoff). Other contenders have no
+// candidate rows: it returns at once.
+func (a *arena) campaigning(ctx context.Context, limit time.Duration) {
+	if !isLibrary(a.contender) {
+		return
+	}
+	op, err := election.NewOperator(a.admin, a.checked(), election.Config{})
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	want := len(a.procs)
+	a.mu.Unlock()
+	a.await(limit, func() bool {
+		cs, err := op.Candidates(ctx)
+		alive := 0
+		for _, c := range cs {
+			if c.Alive {
+				alive++
+			}
+		}
+		return err == nil && alive >= want
+	})
 }
 
 // leader waits until some candidate leads and has written, and returns its

@@ -164,17 +164,13 @@ func parseChaos(args []string, o *options) (chaosPlan, error) {
 // history returns the terms of the election the arena checks, as its
 // history keeps them (Operator.History: its last DefaultHistoryLimit).
 func history(ctx context.Context, a *arena) ([]election.TermRecord, error) {
-	name := "bench"
-	if a.shards {
-		name = election.ShardName(name, 0)
-	}
-	op, err := election.NewOperator(a.admin, name, election.Config{})
+	op, err := election.NewOperator(a.admin, a.checked(), election.Config{})
 	if err != nil {
 		return nil, err
 	}
 	terms, err := op.History(ctx, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reading the history of %s: %w", name, err)
+		return nil, fmt.Errorf("reading the history of %s: %w", a.checked(), err)
 	}
 	return terms, nil
 }

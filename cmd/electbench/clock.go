@@ -122,6 +122,9 @@ func (e termEnd) why() string {
 // ended meanwhile was deposed; without a kill, a term that began is the
 // failover the fault must not have caused.
 func (a *arena) stepClock(ctx context.Context, tr trial, fault string, old event, limit time.Duration) (trial, error) {
+	if clockKills(fault) {
+		a.campaigning(ctx, limit) // as before a plain SIGKILL, whose failover bounds this one's
+	}
 	step, hold := a.drawClock(fault)
 	tr.StepS, tr.HeldS = step.Seconds(), hold.Seconds()
 	// However the trial ends, the server gets real time back.

@@ -125,6 +125,9 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 			return tr, err
 		}
 	}
+	if fault == fSIGKILL {
+		a.campaigning(ctx, limit)
+	}
 	t0 := time.Now()
 	tr.At = t0.UnixNano()
 	if err := a.strike(ctx, fault, p); err != nil {
