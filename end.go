@@ -9,7 +9,6 @@ package election
 
 import (
 	"context"
-	"database/sql"
 	"time"
 )
 
@@ -64,87 +63,6 @@ func (e ending) lastedUS() any {
 		return nil
 	}
 	return e.lasted.Microseconds()
-}
-
-// timeAgo is the SQL for a moment on the database clock, given how many
-// microseconds ago it was (agoMicros), measured just before the statement
-// is sent: a local moment, written late, keeps its time. The statement
-// must go on a session already in hand (see onConn), or a pool's dial
-// would come between the measure and the send.
-const timeAgo = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
-
-func agoMicros(at time.Time) int64 { return max(time.Since(at), 0).Microseconds() }
-
-// onConn runs f on one session of q: q itself if it is one, or one taken
-// from the pool q for the call.
-func onConn(ctx context.Context, q querier, f func(q querier) error) error {
-	db, ok := q.(*sql.DB)
-	if !ok {
-		return f(q)
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return during("opening a session", refusal(err))
-	}
-	err = f(conn)
-	release(conn, err)
-	return err
-}
-
-// endTerm records how term token ended, in one statement: in the record,
-// if it still describes that term as leading, and in the history, unless
-// the leader already wrote its own reason there: a "lost" written by the
-// successor, which could not know better, gives way, and so does any
-// reason to a kill's. The history's end keeps its order whatever the
-// database clock did: never before the term's start, never after the next
-// term's start (an end written late, after a step of that clock back). The
-// leader's own measure of the term goes with it (lasted_us). (The
-// assignments depend on nothing they assign: a multi-table UPDATE may make
-// them in any order. The next start is read through a derived table, which
-// its aggregate keeps from being merged: MySQL refuses an UPDATE that
-// reads its own table otherwise, error 1093.)
-//
-// The next term's start reads the row this one's end writes, and may meet
-// it in a deadlock: the end is tried once more then.
-func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
-	return onConn(ctx, q, func(q querier) error {
-		err := s.endTermOn(ctx, q, lock, token, end)
-		if conflict(err) {
-			err = s.endTermOn(ctx, q, lock, token, end)
-		}
-		if conflict(err) { // the record, which the next term reads, must still say it
-			err = s.endRecord(ctx, q, lock, token, end, "")
-		}
-		return err
-	})
-}
-
-func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uint64, end ending) error {
-	at, us := end.moment()
-	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
-		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
-		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
-		"LEFT JOIN (SELECT MIN(started_at) AS started_at FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch > ?) n ON 1 "+
-		"SET r.state = ?, r.ended_at = "+datetime("GREATEST("+utcMicros("r.since")+", "+at+")")+", "+
-		"t.ended_at = "+datetime("GREATEST("+utcMicros("t.started_at")+", LEAST("+at+", COALESCE("+utcMicros("n.started_at")+", "+at+")))")+
-		", t.reason = ?, t.lasted_us = COALESCE(?, t.lasted_us)",
-		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, lock, token, end.why, us, us, us, end.why, end.lastedUS()))
-	if denied(err) || serverError(err, 1146, 1205) {
-		// Denied, missing or locked on the history: the record, which the
-		// next term reads, must still say how this one ended.
-		err = s.endRecord(ctx, q, lock, token, end, "")
-	}
-	return err
-}
-
-// endRecord records in the record, if it still describes term token as
-// leading (and matches cond, SQL on its columns), how the term ended: not
-// before it started, whatever the database clock did.
-func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
-	at, us := end.moment()
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
-	return err
 }
 
 // owedEnd is the end of a term that could not be recorded when it ended.
