@@ -117,11 +117,11 @@ type strategy interface {
 	acquire(ctx context.Context, lock string, try bool) (won, error)
 }
 
-// acquire wins the election through the candidate's strategy, which is
+// elect wins the election through the candidate's strategy, which is
 // settled at its first campaign, once the server is known (see prepare).
 // It first writes the ends of this candidate's earlier terms that could
 // not be written when they ended (payOwed).
-func (e *Elector) acquire(ctx context.Context, try bool) (won, error) {
+func (e *Elector) elect(ctx context.Context, try bool) (won, error) {
 	lock, err := e.st.prepare(ctx, e.log)
 	if err != nil {
 		return won{}, err
@@ -236,13 +236,13 @@ func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, e
 	if err != nil {
 		return nil, err
 	}
-	w, err := e.acquire(waitCtx, try)
+	w, err := e.elect(waitCtx, try)
 	if err != nil {
 		if permanent(err) {
 			// Retrying cannot help: a candidate row left behind would list,
 			// and offer for a hand-over, a candidate that does not campaign.
 			// Before vacate: a campaign begun after it writes a row of its own.
-			e.leave(waitCtx)
+			e.withdraw(waitCtx)
 		}
 		e.vacate(n)
 		return nil, refusal(err) // whichever statement opened the refused session
@@ -346,7 +346,7 @@ func (e *Elector) Leader(ctx context.Context) (Record, error) {
 // it (HealthHandler answers 503 naming the error until Run is called
 // again).
 func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
-	defer e.leave(ctx)
+	defer e.withdraw(ctx)
 	var h *health
 	if e.st.cfg.Health != nil {
 		var stop func()
@@ -467,13 +467,13 @@ func permanent(err error) bool {
 	return false
 }
 
-// leave removes this candidate's row once Run or TryRun stops
+// withdraw removes this candidate's row once Run or TryRun stops
 // campaigning, so that it is neither listed nor offered as a hand-over
 // target.
-func (e *Elector) leave(ctx context.Context) {
+func (e *Elector) withdraw(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.st.cfg.Interval)
 	defer cancel()
-	if err := e.st.leave(ctx); err != nil {
+	if err := e.st.deleteCandidate(ctx); err != nil {
 		e.log.Warn("could not remove this candidate's row", "err", err)
 	}
 }
@@ -578,7 +578,7 @@ func (e *Elector) TryRun(ctx context.Context, atLeast time.Duration, fn func(ctx
 	// election held; not writing the row at all would hide a running task
 	// from Candidates and skip the check that all candidates share a
 	// strategy.
-	defer e.leave(ctx)
+	defer e.withdraw(ctx)
 	if err != nil {
 		return err
 	}

@@ -172,29 +172,6 @@ func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sq
 	return nil
 }
 
-// causalEpoch reads the election's epoch as epoch does, but on a
-// multi-primary cluster only once this member has applied every write set
-// committed in the cluster before the read (platform.causalRead), on a
-// session of its own that is dropped after: a certification failure can
-// come back before the newer epoch is applied here.
-func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
-	server, _ := s.settled()
-	if !server.certifies() {
-		return s.epoch(ctx, lock)
-	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer drop(conn)
-	if _, err := conn.ExecContext(ctx, server.causalRead()); err != nil {
-		return 0, err
-	}
-	var epoch uint64
-	err = conn.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
-	return epoch, err
-}
-
 // rolledBack reports whether a failed COMMIT certainly committed nothing:
 // the server refused it, database/sql had ended the transaction, or the
 // driver found the session closed before sending. A connection lost, or a
@@ -291,34 +268,6 @@ func (f fencedTxn) commit(ctx context.Context) error {
 	return err
 }
 
-// fencedSession is the server session of a fenced transaction, as its
-// check read it.
-type fencedSession struct {
-	id     uint64
-	server string // serverName
-}
-
-// killSession ends s through a pool session, if that reaches s's server,
-// within Interval.
-func (s *store) killSession(ctx context.Context, fs fencedSession) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
-	defer cancel()
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	var server string
-	if err := conn.QueryRowContext(ctx, "SELECT "+serverName).Scan(&server); err != nil {
-		return err
-	}
-	if server != fs.server {
-		return fmt.Errorf("the pool reaches %s, not the session's server %s", server, fs.server)
-	}
-	_, err = conn.ExecContext(ctx, text("KILL CONNECTION ?", fs.id))
-	return err
-}
-
 // fencedTxn is one fenced transaction of term t: its transaction, and its
 // server session as check read it.
 type fencedTxn struct {
@@ -335,13 +284,9 @@ type fencedTxn struct {
 // the session is, for commit.
 func (f *fencedTxn) check(ctx context.Context) error {
 	t, tx, lock := f.t, f.tx, f.lock
-	var (
-		current uint64
-		wait    int64
-	)
 	server, _ := t.st.settled()
-	err := tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+t.st.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
-		Scan(&current, &wait, &f.session.id, &f.session.server)
+	current, wait, session, err := t.st.fenceRead(ctx, tx, lock, server)
+	f.session = session
 	if err != nil {
 		return fmt.Errorf("election: fenced transaction: reading the epoch: %w", err)
 	}
@@ -355,10 +300,8 @@ func (f *fencedTxn) check(ctx context.Context) error {
 		// transaction's write set, so that certification refuses whichever
 		// of the two commits second (see conflict; read as fenced), and a
 		// bump applied on this member first aborts it on the row lock.
-		for _, step := range []string{"+ 1", "- 1"} {
-			if _, err := tx.ExecContext(ctx, text("UPDATE `"+t.st.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
-				return fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
-			}
+		if err := t.st.writeEpochBack(ctx, tx, lock); err != nil {
+			return fmt.Errorf("election: fenced transaction: entering the epoch in the write set: %w", err)
 		}
 	}
 	if w := t.st.cfg.waitTimeout(); wait != w {
@@ -406,7 +349,7 @@ func (k *keptSession) take(ctx context.Context) (*fencedConn, error) {
 	}
 	if k.busy {
 		k.mu.Unlock()
-		conn, err := k.open(ctx)
+		conn, err := k.newSession(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -418,7 +361,7 @@ func (k *keptSession) take(ctx context.Context) (*fencedConn, error) {
 	if conn != nil {
 		return &fencedConn{Conn: conn, kept: true, reused: true}, nil
 	}
-	conn, err := k.open(ctx)
+	conn, err := k.newSession(ctx)
 	if err != nil {
 		k.mu.Lock()
 		k.busy = false
@@ -428,9 +371,9 @@ func (k *keptSession) take(ctx context.Context) (*fencedConn, error) {
 	return &fencedConn{Conn: conn, kept: true}, nil
 }
 
-// open takes a session from the pool and gives it the candidates'
+// newSession takes a session from the pool and gives it the candidates'
 // wait_timeout.
-func (k *keptSession) open(ctx context.Context) (*sql.Conn, error) {
+func (k *keptSession) newSession(ctx context.Context) (*sql.Conn, error) {
 	conn, err := k.st.db.Conn(ctx)
 	if err != nil {
 		return nil, err

@@ -201,12 +201,12 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	// The candidate lock of this identity may still be held for a moment
 	// by this candidate's last session, which is closing (or, cut off, is
 	// dropped within W): wait for it within the lease.
-	var got sql.NullInt64
-	wait := g.limit.fit(cfg.Lease)
-	if err := conn.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", candidateLock(lock, cfg.Identity), g.server.lockWait(wait))).Scan(&s.id, &got); err != nil {
+	id, got, err := pinSession(ctx, conn, candidateLock(lock, cfg.Identity), g.server.lockWait(g.limit.fit(cfg.Lease)))
+	if err != nil {
 		s.close()
 		return nil, during("setting up the session", refusal(err))
 	}
+	s.id = id
 	if got.Int64 != 1 {
 		s.close()
 		return nil, fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
@@ -255,7 +255,6 @@ func (s *pinned) wait(ctx context.Context, try bool) (bool, error) {
 // back by more than W cuts a wait, and costs the deputy its place, never
 // more.)
 func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (bool, error) {
-	var got sql.NullInt64
 	wait = s.g.limit.fit(wait)
 	waitCtx := ctx
 	if wait > 0 && wait < queueWait {
@@ -264,7 +263,7 @@ func (s *pinned) getLock(ctx context.Context, name string, wait time.Duration) (
 		defer cancel()
 	}
 	began := time.Now()
-	err := s.conn.QueryRowContext(waitCtx, text("SELECT GET_LOCK(?, ?)", name, s.g.server.lockWait(wait))).Scan(&got)
+	got, err := waitLock(waitCtx, s.conn, name, s.g.server.lockWait(wait))
 	ran := time.Since(began)
 	cut := errors.Is(err, mysql.ErrInvalidConn)
 	if wait > 0 && ctx.Err() == nil && (err == nil || cut) {
@@ -379,7 +378,7 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, err
 // term, and waits one check interval before it queues again, so that the
 // hand-over target, queued behind it, becomes the deputy and wins next.
 func (s *pinned) yield(ctx context.Context) error {
-	if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?), RELEASE_LOCK(?)", s.lock, deputyLock(s.lock))); err != nil {
+	if err := releaseLocks(ctx, s.conn, s.lock, deputyLock(s.lock)); err != nil {
 		return fmt.Errorf("%w: yielding: %w", ErrSessionLost, err)
 	}
 	s.deputy = false
@@ -399,7 +398,7 @@ func (s *pinned) yield(ctx context.Context) error {
 // take the pinned session (and the lock) with it.
 func (s *pinned) begin(ctx context.Context, started time.Time, p predecessor) error {
 	if s.deputy {
-		if _, err := s.conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", deputyLock(s.lock))); err != nil {
+		if err := releaseLocks(ctx, s.conn, deputyLock(s.lock)); err != nil {
 			return fmt.Errorf("election: leaving the deputy's place: %w", err)
 		}
 		s.deputy = false
@@ -416,29 +415,24 @@ func (s *pinned) begin(ctx context.Context, started time.Time, p predecessor) er
 // why.
 func (s *pinned) renew(ctx context.Context) error {
 	st := s.g.st
-	renewed, err := st.renew(ctx, s.conn, s.lock, s.token, s.id, "IS_USED_LOCK(r.lock_name) = CONNECTION_ID()")
+	renewed, err := st.renew(ctx, s.conn, s.lock, s.token, s.id)
 	if err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
 	if renewed {
 		return nil
 	}
-	var (
-		owner         sql.NullInt64
-		ours, demoted bool
-		handTo        sql.NullString
-	)
-	if err := s.conn.QueryRowContext(ctx, text("SELECT IS_USED_LOCK(lock_name), epoch = ? AND conn_id = ?, demote_epoch <=> epoch, handover_to "+
-		"FROM `"+st.tbl.record+"` WHERE lock_name = ?", s.token, s.id, s.lock)).Scan(&owner, &ours, &demoted, &handTo); err != nil {
+	m, err := st.renewalMissed(ctx, s.conn, s.lock, s.token, s.id)
+	if err != nil {
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, err)
 	}
 	switch {
-	case !owner.Valid || uint64(owner.Int64) != s.id:
-		return fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, s.id)
-	case !ours:
+	case !m.owner.Valid || uint64(m.owner.Int64) != s.id:
+		return fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, m.owner.Int64, s.id)
+	case !m.ours:
 		return fmt.Errorf("%w: the record names another term", ErrLockLost)
-	case demoted:
-		return demotion(handTo)
+	case m.demoted:
+		return demotion(m.handTo)
 	}
 	return fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
 }
@@ -473,17 +467,14 @@ func (s *pinned) release(ctx context.Context, end ending) error {
 }
 
 // releaseLock frees the election's lock, and returns end with its moment
-// taken on the database clock by the same statement, before the release:
-// UTC_TIMESTAMP is the time the statement began ("evaluated only once per
-// query at the start of query execution", MySQL manual, Date and Time
-// Functions; the same in MariaDB, TestResignedTermEndsBeforeTheNextStarts).
+// taken on the database clock by the same statement, before the release
+// (releaseAt).
 func (s *pinned) releaseLock(ctx context.Context, end ending) (ending, error) {
-	var released sql.NullInt64
-	var us int64
-	if err := s.conn.QueryRowContext(ctx, text("SELECT "+utcMicros(timeAgo)+", RELEASE_LOCK(?)", agoMicros(end.at), s.lock)).Scan(&us, &released); err != nil {
+	us, released, err := releaseAt(ctx, s.conn, s.lock, end.at)
+	if err != nil {
 		return end, fmt.Errorf("RELEASE_LOCK: %w", err)
 	}
-	if released.Int64 != 1 {
+	if !released {
 		return end, errors.New("RELEASE_LOCK: this session did not hold the lock")
 	}
 	end.serverUS = us

@@ -66,7 +66,7 @@ func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error)
 	if err != nil && !errors.Is(err, ErrNoLeader) {
 		return nil, err
 	}
-	terms, err := o.st.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT ?", limit)
+	terms, err := o.st.lastTerms(ctx, lock, limit)
 	for i := range terms {
 		var next *TermRecord
 		if i > 0 {
@@ -102,7 +102,7 @@ func Elections(ctx context.Context, db *sql.DB, prefix string) ([]Record, error)
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	return readRecords(ctx, db, tablesFor(prefix), "")
+	return records(ctx, db, tablesFor(prefix))
 }
 
 // Remove deletes the election (its record, fencing epoch, history and
@@ -118,63 +118,11 @@ func (o *Operator) Remove(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = o.removeRows(ctx, lock)
+	err = o.st.removeRows(ctx, lock)
 	if conflict(err) { // a term start's transaction met this one
 		err = fmt.Errorf("%w: a candidate of election %q campaigned while it was being removed: %w", ErrInUse, o.st.name, err)
 	}
 	return err
-}
-
-// removeRows deletes the election's rows in one transaction, once it has
-// seen that no term may act and no candidate campaigns. It locks the
-// record and epoch rows first: a term start, which writes both, waits for the
-// transaction and then finds no record, so it starts the election anew.
-// A candidate that joins meanwhile keeps its row: only rows of candidates
-// that do not campaign are deleted. Repeatable read, whatever the server's
-// default: its gap locks keep a first term's record out meanwhile.
-func (o *Operator) removeRows(ctx context.Context, lock string) error {
-	s := o.st
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		return during("removing the election", err)
-	}
-	defer tx.Rollback()
-	// FOR UPDATE needs SELECT and one of DELETE, LOCK TABLES or UPDATE on
-	// MySQL (its manual, "Locking Reads"; read, not tested here): DELETE,
-	// which Remove needs anyway.
-	for _, t := range []string{s.tbl.record, s.tbl.epoch} {
-		if _, err := tx.ExecContext(ctx, text("SELECT 1 FROM `"+t+"` WHERE lock_name = ? FOR UPDATE", lock)); err != nil {
-			return during("removing the election", schemaError(s.tbl, err))
-		}
-	}
-	r, err := s.record(ctx, tx, lock)
-	switch {
-	case err == nil && (r.Leading() || r.overdue() != ""): // overdue, yet its session holds the lock
-		return fmt.Errorf("%w: %q may still act in term %d of election %q; stop it first", ErrInUse, r.Identity, r.Token, s.name)
-	case err != nil && !errors.Is(err, ErrNoLeader):
-		return during("removing the election", err)
-	}
-	var live int
-	if err := tx.QueryRowContext(ctx, text("SELECT COUNT(*) FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND "+present("c"), lock)).Scan(&live); err != nil {
-		return during("removing the election", schemaError(s.tbl, err))
-	}
-	if live > 0 {
-		return fmt.Errorf("%w: %d candidates of election %q campaign; stop them first (Candidates lists them)", ErrInUse, live, s.name)
-	}
-	for _, q := range []string{
-		"DELETE FROM `" + s.tbl.term + "` WHERE lock_name = ?",
-		"DELETE c FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = ? AND NOT " + present("c"),
-		"DELETE FROM `" + s.tbl.epoch + "` WHERE lock_name = ?",
-		"DELETE FROM `" + s.tbl.record + "` WHERE lock_name = ?",
-	} {
-		if _, err := tx.ExecContext(ctx, text(q, lock)); err != nil {
-			return during("removing the election", schemaError(s.tbl, err))
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return during("removing the election", err)
-	}
-	return nil
 }
 
 // Demote forces a re-election: it asks the current leader to step down,
@@ -256,33 +204,4 @@ func (o *Operator) demote(ctx context.Context, to string) (bool, error) {
 			return true, o.st.kill(ctx, o.st.db, lock, cur, why, o.log)
 		}
 	}
-}
-
-// request writes the demotion of term token (and the hand-over target, if
-// any) into the record, where the leader's next keepalive finds it. The
-// hand-over is held for hold, or three of the term's leases if 0. An
-// operator's request replaces one pending; a policy's (replace false)
-// never does, so it cannot put off the kill of a leader that ignores an
-// operator.
-func (s *store) request(ctx context.Context, lock string, token uint64, to string, hold time.Duration, replace bool) error {
-	var handTo, holdUS any
-	if to != "" {
-		handTo = to
-	}
-	if hold > 0 {
-		holdUS = hold.Microseconds()
-	}
-	// The hand-over preference outlives the demotion long enough for the
-	// target to win the lock, and no longer: a target that died meanwhile
-	// must not block the election.
-	res, err := write(ctx, s.db, text("UPDATE `"+s.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
-		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * lease_us) MICROSECOND "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ? AND (? OR NOT (demote_epoch <=> epoch))", handTo, holdUS, lock, token, stateLeading, replace))
-	if err != nil {
-		return during("requesting the demotion", schemaError(s.tbl, err))
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return ErrNoLeader // the term ended meanwhile
-	}
-	return nil
 }

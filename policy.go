@@ -38,15 +38,9 @@ func (t *Term) Proclaim(ctx context.Context, value string) error {
 	if err != nil {
 		return err
 	}
-	// The candidate row is for listing only, as in renew.
-	res, err := write(ctx, st.db, text("UPDATE `"+st.tbl.record+"` r LEFT JOIN `"+st.tbl.candidate+"` c "+
-		"ON c.lock_name = r.lock_name AND c.identity = r.holder SET r.value = ?, c.value = ? "+
-		"WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ?", value, value, lock, t.token, stateLeading))
-	if err != nil {
-		return during("proclaiming", schemaError(st.tbl, err))
-	}
-	if n, _ := res.RowsAffected(); n > 0 {
-		return nil
+	changed, err := st.proclaim(ctx, lock, t.token, value)
+	if err != nil || changed {
+		return err
 	}
 	// Nothing changed: the value was already this one, or the term is over.
 	rec, err := st.record(ctx, st.db, lock)
@@ -102,15 +96,9 @@ func (t *Term) preferred(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var to string
-	err = st.db.QueryRowContext(ctx, text("SELECT c.identity FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.identity <> ? AND c.priority > ? AND "+
-		st.cfg.target("c")+" AND "+ageMicros("c.waiting_since")+" >= ? ORDER BY c.priority DESC, c.waiting_since, c.identity LIMIT 1",
-		lock, st.cfg.Identity, int(st.cfg.Priority), st.cfg.PreferAfter.Microseconds())).Scan(&to)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", nil
-	case err != nil:
-		return "", during("reading the candidates", schemaError(st.tbl, err))
+	to, err := st.preferred(ctx, lock)
+	if to == "" || err != nil {
+		return "", err
 	}
 	if err := st.request(ctx, lock, t.token, to, 0, false); err != nil {
 		return "", err
@@ -284,14 +272,4 @@ func (h *health) isHealthy() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.healthy
-}
-
-// unhealthy marks this candidate's row unhealthy, which takes it out of
-// the live candidates (alive) at once, whatever its session still holds.
-func (s *store) unhealthy(ctx context.Context) error {
-	lock, err := s.resolveLock(ctx)
-	if err == nil {
-		_, err = write(ctx, s.db, text("UPDATE `"+s.tbl.candidate+"` SET healthy = FALSE WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
-	}
-	return err
 }

@@ -168,7 +168,11 @@ func (s *Shards) rebalance(ctx context.Context) error {
 		locks[i], shardOf[lock] = lock, i
 	}
 	st := s.electors[0].st
-	recs, err := readRecords(ctx, st.db, st.tbl, "WHERE r.lock_name IN ("+literals(locks)+")")
+	recs, err := recordsOf(ctx, st.db, st.tbl, locks)
+	if err != nil {
+		return err
+	}
+	targets, err := st.targets(ctx, locks)
 	if err != nil {
 		return err
 	}
@@ -176,22 +180,12 @@ func (s *Shards) rebalance(ctx context.Context) error {
 		shard    int
 		identity string
 	}
-	rows, err := collect(ctx, st.db, st.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+st.tbl.candidate+"` c WHERE c.lock_name IN ("+
-		literals(locks)+") AND "+s.cfg.target("c"), func(rows *sql.Rows) (c candidacy, err error) {
-		var lock string
-		err = rows.Scan(&lock, &c.identity)
-		c.shard = shardOf[lock]
-		return c, err
-	})
-	if err != nil {
-		return err
-	}
 	campaigns := map[candidacy]bool{}
 	var members []string
-	for _, c := range rows {
-		campaigns[c] = true
-		if !slices.Contains(members, c.identity) {
-			members = append(members, c.identity)
+	for _, t := range targets {
+		campaigns[candidacy{shardOf[t[0]], t[1]}] = true
+		if !slices.Contains(members, t[1]) {
+			members = append(members, t[1])
 		}
 	}
 	g := spreadRead{owners: make([]string, len(locks)), movable: make([]bool, len(locks)), members: members,

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,6 +204,16 @@ func (s *store) leader(ctx context.Context) (Record, error) {
 	return r, err
 }
 
+// records reads the records of every election in tables t.
+func records(ctx context.Context, q querier, t tables) ([]Record, error) {
+	return readRecords(ctx, q, t, "")
+}
+
+// recordsOf reads the records of the elections whose locks are locks.
+func recordsOf(ctx context.Context, q querier, t tables, locks []string) ([]Record, error) {
+	return readRecords(ctx, q, t, "WHERE r.lock_name IN ("+literals(locks)+")")
+}
+
 func readRecords(ctx context.Context, q querier, t tables, where string, args ...any) ([]Record, error) {
 	return collect(ctx, q, t, "record", text("SELECT "+recordColumns("r.lock_name")+" FROM `"+t.record+"` r "+where+" ORDER BY r.name", args...),
 		func(rows *sql.Rows) (Record, error) {
@@ -257,15 +268,16 @@ func collect[T any](ctx context.Context, q querier, t tables, what, query string
 	return out, nil
 }
 
-// renew is the leader's keepalive: one statement that stamps the record
-// of term token, if it still names holder (a session or a lease id) with no
-// demotion pending and the strategy's own condition holds (cond, on the
-// record as r), and refreshes the leader's candidate row with it. It
-// reports whether the record matched. The candidate row is for listing and
-// hand-over checks only: should the statement fail on it (a grant revoked
-// on that table), the record alone is stamped, and the term goes on.
-func (s *store) renew(ctx context.Context, q querier, lock string, token, holder uint64, cond string) (bool, error) {
-	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND ", lock, token, holder) + cond
+// renew is a pinned GetLock leader's keepalive, on its session q: one
+// statement that stamps the record of term token, if it still names
+// session with no demotion pending and the session holds the lock, and
+// refreshes the leader's candidate row with it. It reports whether the
+// record matched (renewalMissed says why not). The candidate row is for
+// listing and hand-over checks only: should the statement fail on it (a
+// grant revoked on that table), the record alone is stamped, and the term
+// goes on.
+func (s *store) renew(ctx context.Context, q querier, lock string, token, session uint64) (bool, error) {
+	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID()", lock, token, session)
 	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
 		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6)", s.cfg.Identity)+where)
 	if denied(err) || serverError(err, 1146) { // denied, no table
@@ -278,6 +290,63 @@ func (s *store) renew(ctx context.Context, q querier, lock string, token, holder
 	return err == nil && n >= 1, nil
 }
 
+// missed is why a keepalive matched no record: who holds the lock
+// (IS_USED_LOCK), whether the record names the term, whether it asks the
+// term to step down, and for whom.
+type missed struct {
+	owner         sql.NullInt64
+	ours, demoted bool
+	handTo        sql.NullString
+}
+
+// renewalMissed reads, on session q, why the keepalive of term token on
+// session matched nothing.
+func (s *store) renewalMissed(ctx context.Context, q querier, lock string, token, session uint64) (missed, error) {
+	var m missed
+	err := q.QueryRowContext(ctx, text("SELECT IS_USED_LOCK(lock_name), epoch = ? AND conn_id = ?, demote_epoch <=> epoch, handover_to "+
+		"FROM `"+s.tbl.record+"` WHERE lock_name = ?", token, session, lock)).Scan(&m.owner, &m.ours, &m.demoted, &m.handTo)
+	return m, err
+}
+
+// The named locks, on a candidate's pinned or shared session q. GET_LOCK
+// returns 1 when acquired, 0 on timeout, NULL on error (a killed query);
+// wait is in seconds as the server takes it (platform.lockWait).
+
+// pinSession reads the id of session q and takes lock on it, waiting up
+// to wait.
+func pinSession(ctx context.Context, q querier, lock string, wait float64) (id uint64, got sql.NullInt64, err error) {
+	err = q.QueryRowContext(ctx, text("SELECT CONNECTION_ID(), GET_LOCK(?, ?)", lock, wait)).Scan(&id, &got)
+	return id, got, err
+}
+
+// waitLock takes lock on session q, waiting up to wait.
+func waitLock(ctx context.Context, q querier, lock string, wait float64) (got sql.NullInt64, err error) {
+	err = q.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", lock, wait)).Scan(&got)
+	return got, err
+}
+
+// releaseLocks frees locks, held by session q.
+func releaseLocks(ctx context.Context, q querier, locks ...string) error {
+	args := make([]any, len(locks))
+	for i, l := range locks {
+		args[i] = l
+	}
+	_, err := q.ExecContext(ctx, text("DO "+strings.Repeat("RELEASE_LOCK(?), ", len(locks)-1)+"RELEASE_LOCK(?)", args...))
+	return err
+}
+
+// releaseAt frees lock, held by session q, and reports whether it was
+// held, in one statement that also places the local moment at on the
+// database clock (timeAgo), before the release: UTC_TIMESTAMP is the
+// time the statement began ("evaluated only once per query at the start
+// of query execution", MySQL manual, Date and Time Functions; the same in
+// MariaDB, TestResignedTermEndsBeforeTheNextStarts).
+func releaseAt(ctx context.Context, q querier, lock string, at time.Time) (us int64, released bool, err error) {
+	var n sql.NullInt64
+	err = q.QueryRowContext(ctx, text("SELECT "+utcMicros(timeAgo)+", RELEASE_LOCK(?)", agoMicros(at), lock)).Scan(&us, &n)
+	return us, n.Int64 == 1, err
+}
+
 // epoch reads the newest token the election has issued; 0 if none.
 func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	var epoch uint64
@@ -286,6 +355,18 @@ func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 		return 0, during("reading the epoch", schemaError(s.tbl, err))
 	}
 	return epoch, nil
+}
+
+// lastTerms reads the election's last n terms' history rows, newest
+// first.
+func (s *store) lastTerms(ctx context.Context, lock string, n int) ([]TermRecord, error) {
+	return s.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT ?", n)
+}
+
+// termsFrom reads the history rows of the election's terms from token
+// from on, oldest first.
+func (s *store) termsFrom(ctx context.Context, lock string, from uint64) ([]TermRecord, error) {
+	return s.terms(ctx, lock, "epoch >= ? ORDER BY epoch", from)
 }
 
 // terms reads history rows of the election that match cond.
@@ -449,9 +530,9 @@ func (p *presence) beatIfDue(ctx context.Context, q querier) error {
 	return p.beat(ctx, q)
 }
 
-// leave deletes this candidate's row, so that it is not offered
+// deleteCandidate deletes this candidate's row, so that it is not offered
 // as a hand-over target once it has stopped campaigning.
-func (s *store) leave(ctx context.Context) error {
+func (s *store) deleteCandidate(ctx context.Context) error {
 	s.mu.Lock()
 	ready := s.ready
 	s.mu.Unlock()
@@ -547,4 +628,208 @@ func (s *store) endRecord(ctx context.Context, q querier, lock string, token uin
 	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
 	return err
+}
+
+// causalEpoch reads the election's epoch as epoch does, but on a
+// multi-primary cluster only once this member has applied every write set
+// committed in the cluster before the read (platform.causalRead), on a
+// session of its own that is dropped after: a certification failure can
+// come back before the newer epoch is applied here.
+func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
+	server, _ := s.settled()
+	if !server.certifies() {
+		return s.epoch(ctx, lock)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer drop(conn)
+	if _, err := conn.ExecContext(ctx, server.causalRead()); err != nil {
+		return 0, err
+	}
+	var epoch uint64
+	err = conn.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
+	return epoch, err
+}
+
+// fencedSession is the server session of a fenced transaction, as its
+// check read it.
+type fencedSession struct {
+	id     uint64
+	server string // serverName
+}
+
+// killSession ends s through a pool session, if that reaches s's server,
+// within Interval.
+func (s *store) killSession(ctx context.Context, fs fencedSession) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
+	defer cancel()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var server string
+	if err := conn.QueryRowContext(ctx, "SELECT "+serverName).Scan(&server); err != nil {
+		return err
+	}
+	if server != fs.server {
+		return fmt.Errorf("the pool reaches %s, not the session's server %s", server, fs.server)
+	}
+	_, err = conn.ExecContext(ctx, text("KILL CONNECTION ?", fs.id))
+	return err
+}
+
+// fenceRead reads, in a fenced transaction tx, the election's epoch,
+// locking its row as the server allows (platform.fenceLock), with the
+// session's wait_timeout and who the session is.
+func (s *store) fenceRead(ctx context.Context, tx *sql.Tx, lock string, server platform) (epoch uint64, wait int64, fs fencedSession, err error) {
+	err = tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+s.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
+		Scan(&epoch, &wait, &fs.id, &fs.server)
+	return epoch, wait, fs, err
+}
+
+// writeEpochBack changes the epoch row and changes it back in tx, which
+// puts the row in tx's write set.
+func (s *store) writeEpochBack(ctx context.Context, tx *sql.Tx, lock string) error {
+	for _, step := range []string{"+ 1", "- 1"} {
+		if _, err := tx.ExecContext(ctx, text("UPDATE `"+s.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeRows deletes the election's rows in one transaction, once it has
+// seen that no term may act and no candidate campaigns. It locks the
+// record and epoch rows first: a term start, which writes both, waits for the
+// transaction and then finds no record, so it starts the election anew.
+// A candidate that joins meanwhile keeps its row: only rows of candidates
+// that do not campaign are deleted. Repeatable read, whatever the server's
+// default: its gap locks keep a first term's record out meanwhile.
+func (s *store) removeRows(ctx context.Context, lock string) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		return during("removing the election", err)
+	}
+	defer tx.Rollback()
+	// FOR UPDATE needs SELECT and one of DELETE, LOCK TABLES or UPDATE on
+	// MySQL (its manual, "Locking Reads"; read, not tested here): DELETE,
+	// which Remove needs anyway.
+	for _, t := range []string{s.tbl.record, s.tbl.epoch} {
+		if _, err := tx.ExecContext(ctx, text("SELECT 1 FROM `"+t+"` WHERE lock_name = ? FOR UPDATE", lock)); err != nil {
+			return during("removing the election", schemaError(s.tbl, err))
+		}
+	}
+	r, err := s.record(ctx, tx, lock)
+	switch {
+	case err == nil && (r.Leading() || r.overdue() != ""): // overdue, yet its session holds the lock
+		return fmt.Errorf("%w: %q may still act in term %d of election %q; stop it first", ErrInUse, r.Identity, r.Token, s.name)
+	case err != nil && !errors.Is(err, ErrNoLeader):
+		return during("removing the election", err)
+	}
+	var live int
+	if err := tx.QueryRowContext(ctx, text("SELECT COUNT(*) FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND "+present("c"), lock)).Scan(&live); err != nil {
+		return during("removing the election", schemaError(s.tbl, err))
+	}
+	if live > 0 {
+		return fmt.Errorf("%w: %d candidates of election %q campaign; stop them first (Candidates lists them)", ErrInUse, live, s.name)
+	}
+	for _, q := range []string{
+		"DELETE FROM `" + s.tbl.term + "` WHERE lock_name = ?",
+		"DELETE c FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = ? AND NOT " + present("c"),
+		"DELETE FROM `" + s.tbl.epoch + "` WHERE lock_name = ?",
+		"DELETE FROM `" + s.tbl.record + "` WHERE lock_name = ?",
+	} {
+		if _, err := tx.ExecContext(ctx, text(q, lock)); err != nil {
+			return during("removing the election", schemaError(s.tbl, err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return during("removing the election", err)
+	}
+	return nil
+}
+
+// request writes the demotion of term token (and the hand-over target, if
+// any) into the record, where the leader's next keepalive finds it. The
+// hand-over is held for hold, or three of the term's leases if 0. An
+// operator's request replaces one pending; a policy's (replace false)
+// never does, so it cannot put off the kill of a leader that ignores an
+// operator.
+func (s *store) request(ctx context.Context, lock string, token uint64, to string, hold time.Duration, replace bool) error {
+	var handTo, holdUS any
+	if to != "" {
+		handTo = to
+	}
+	if hold > 0 {
+		holdUS = hold.Microseconds()
+	}
+	// The hand-over preference outlives the demotion long enough for the
+	// target to win the lock, and no longer: a target that died meanwhile
+	// must not block the election.
+	res, err := write(ctx, s.db, text("UPDATE `"+s.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
+		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * lease_us) MICROSECOND "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ? AND (? OR NOT (demote_epoch <=> epoch))", handTo, holdUS, lock, token, stateLeading, replace))
+	if err != nil {
+		return during("requesting the demotion", schemaError(s.tbl, err))
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return ErrNoLeader // the term ended meanwhile
+	}
+	return nil
+}
+
+// unhealthy marks this candidate's row unhealthy, which takes it out of
+// the live candidates (alive) at once, whatever its session still holds.
+func (s *store) unhealthy(ctx context.Context) error {
+	lock, err := s.resolveLock(ctx)
+	if err == nil {
+		_, err = write(ctx, s.db, text("UPDATE `"+s.tbl.candidate+"` SET healthy = FALSE WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
+	}
+	return err
+}
+
+// proclaim writes value into the record of term token, if it still leads,
+// and into its leader's candidate row, for listing only, as in renew. It
+// reports whether the record changed: not if the value was already this
+// one, or the term is over.
+func (s *store) proclaim(ctx context.Context, lock string, token uint64, value string) (bool, error) {
+	res, err := write(ctx, s.db, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
+		"ON c.lock_name = r.lock_name AND c.identity = r.holder SET r.value = ?, c.value = ? "+
+		"WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ?", value, value, lock, token, stateLeading))
+	if err != nil {
+		return false, during("proclaiming", schemaError(s.tbl, err))
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// preferred returns the live, healthy candidate of the highest priority
+// above this one's that has campaigned for PreferAfter, the longest
+// waiting first among equals; "" if none.
+func (s *store) preferred(ctx context.Context, lock string) (string, error) {
+	var to string
+	err := s.db.QueryRowContext(ctx, text("SELECT c.identity FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND c.identity <> ? AND c.priority > ? AND "+
+		s.cfg.target("c")+" AND "+ageMicros("c.waiting_since")+" >= ? ORDER BY c.priority DESC, c.waiting_since, c.identity LIMIT 1",
+		lock, s.cfg.Identity, int(s.cfg.Priority), s.cfg.PreferAfter.Microseconds())).Scan(&to)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", during("reading the candidates", schemaError(s.tbl, err))
+	}
+	return to, nil
+}
+
+// targets reads which of the elections locks each live candidate a
+// hand-over may name (Config.target) campaigns in: for each such row, its
+// lock and its identity.
+func (s *store) targets(ctx context.Context, locks []string) ([][2]string, error) {
+	return collect(ctx, s.db, s.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+s.tbl.candidate+"` c WHERE c.lock_name IN ("+
+		literals(locks)+") AND "+s.cfg.target("c"), func(rows *sql.Rows) (c [2]string, err error) {
+		err = rows.Scan(&c[0], &c[1])
+		return c, err
+	})
 }

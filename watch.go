@@ -109,7 +109,7 @@ func (w *watcher) poll(ctx context.Context) error {
 	}
 	var terms []TermRecord
 	if !w.started {
-		terms, err = w.st.terms(ctx, lock, "epoch >= 0 ORDER BY epoch DESC LIMIT 1")
+		terms, err = w.st.lastTerms(ctx, lock, 1)
 	} else {
 		from := w.last + 1
 		if w.open {
@@ -118,7 +118,7 @@ func (w *watcher) poll(ctx context.Context) error {
 		for token := range w.sent {
 			from = min(from, token)
 		}
-		terms, err = w.st.terms(ctx, lock, "epoch >= ? ORDER BY epoch", from)
+		terms, err = w.st.termsFrom(ctx, lock, from)
 	}
 	if err != nil {
 		return err
