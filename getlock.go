@@ -191,7 +191,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	if err != nil {
 		return nil, during("opening a session", refusal(err))
 	}
-	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock}}
+	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock, session: SessionOwn}}
 	// A queued candidate waits up to queueWait in one statement, which no
 	// statement time limit may cut (see platform.sessionSetup).
 	if _, err := conn.ExecContext(ctx, g.server.sessionSetup(cfg.waitTimeout())); err != nil {

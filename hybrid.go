@@ -245,7 +245,28 @@ type Candidate struct {
 	// for a candidate that runs no check. An unhealthy one does not
 	// campaign.
 	Health string
+	// Session is how the candidate reaches the server (see "Sessions" in
+	// the package doc): SessionOwn, SessionShared or SessionPool; empty
+	// for a candidate of a version that did not record it.
+	Session string
 }
+
+// The ways a candidate reaches the server (Candidate.Session). Which of
+// SessionOwn and SessionShared a GetLock campaign takes is decided in one
+// place, sessionShare.takeOwn.
+const (
+	// SessionOwn: a server session pinned for this election alone
+	// (GetLock), whose end the server turns into a failover in
+	// milliseconds.
+	SessionOwn = "own"
+	// SessionShared: a server session this election shares with the
+	// process's other GetLock elections on the same *sql.DB; it fails
+	// over within about CheckInterval.
+	SessionShared = "shared"
+	// SessionPool: no session of its own; its statements go through the
+	// pool, batched with the process's other LeaseRow elections.
+	SessionPool = "pool"
+)
 
 // candidateLock is the lock a GetLock candidate's session holds while it
 // campaigns: its liveness, which IS_USED_LOCK shows to every reader without

@@ -117,6 +117,7 @@ func ddl(t tables) []string {
 			"  " + versionColumn + ",\n" +
 			"  " + healthyColumn + ",\n" +
 			"  " + waitingColumn + ",\n" +
+			"  " + sessionColumn + ",\n" +
 			"  PRIMARY KEY (lock_name, identity)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.term + "` (\n" +
@@ -162,7 +163,9 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //     candidate's: its Priority and Version, its health (NULL when it runs
 //     no check) and when its campaign began (Config.PreferAfter);
 //   - lastedColumn, the term table's: how long the term lasted by its
-//     leader's own clock (TermRecord.Lasted).
+//     leader's own clock (TermRecord.Lasted);
+//   - sessionColumn, the candidate's: how it reaches the server
+//     (Candidate.Session).
 const (
 	serverColumn     = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
 	delayColumn      = "delay_until    DATETIME(6) NULL"
@@ -173,6 +176,7 @@ const (
 	waitingColumn    = "waiting_since  DATETIME(6) NULL"
 	valueEpochColumn = "value_epoch    BIGINT UNSIGNED NULL"
 	lastedColumn     = "lasted_us      BIGINT NULL"
+	sessionColumn    = "session        VARCHAR(16) CHARACTER SET ascii NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -192,6 +196,7 @@ func (t tables) added() []column {
 		{t.candidate, "healthy", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + healthyColumn + " AFTER version"},
 		{t.candidate, "waiting_since", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + waitingColumn + " AFTER healthy"},
 		{t.term, "lasted_us", "ALTER TABLE `" + t.term + "` ADD COLUMN " + lastedColumn + " AFTER reason"},
+		{t.candidate, "session", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + sessionColumn + " AFTER waiting_since"},
 	}
 }
 

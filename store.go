@@ -389,13 +389,13 @@ func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]Te
 func (s *store) candidates(ctx context.Context, lock string, leader Record) ([]Candidate, error) {
 	return collect(ctx, s.db, s.tbl, "candidates", text("SELECT identity, host, pid, "+utcMicros("since")+", "+
 		"IF(c.strategy = "+literal(GetLock.String())+" AND "+alive("c")+", 0, "+ageMicros("c.seen_at")+"), "+alive("c")+
-		", c.value, c.priority, c.version, c.healthy FROM `"+s.tbl.candidate+"` c WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
+		", c.value, c.priority, c.version, c.healthy, c.session FROM `"+s.tbl.candidate+"` c WHERE lock_name = ? ORDER BY identity", lock), func(rows *sql.Rows) (Candidate, error) {
 		var (
 			c          Candidate
 			since, ago sql.NullInt64
 			healthy    sql.NullBool
 		)
-		err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive, scanned(&c.Value), &c.Priority, scanned(&c.Version), &healthy)
+		err := rows.Scan(&c.Identity, &c.Host, &c.PID, &since, &ago, &c.Alive, scanned(&c.Value), &c.Priority, scanned(&c.Version), &healthy, scanned(&c.Session))
 		c.Since, c.SeenAgo = fromMicros(since), micros(ago)
 		if healthy.Valid {
 			c.Health = map[bool]string{true: "healthy", false: "unhealthy"}[healthy.Bool]
@@ -449,9 +449,10 @@ func (c Config) target(row string) string {
 // presence is this candidate's row, which lists it among the candidates
 // and makes it a valid hand-over target while it is alive (see alive).
 type presence struct {
-	st   *store
-	lock string
-	seen time.Time // when the row was last written
+	st      *store
+	lock    string
+	session string    // how the candidate reaches the server (Candidate.Session)
+	seen    time.Time // when the row was last written
 }
 
 // join writes this candidate's row, as a campaign that begins now,
@@ -508,13 +509,13 @@ func (p *presence) write(ctx context.Context, q querier, begun bool) error {
 	// 1287), MariaDB has no row alias to replace it; the values are sent
 	// twice. since is assigned first, so it compares the old pid and host.
 	_, err := q.ExecContext(ctx, text("INSERT INTO `"+st.tbl.candidate+"` "+
-		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us, value, priority, version, healthy, waiting_since) "+
-		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) "+
+		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us, value, priority, version, healthy, waiting_since, session) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?) "+
 		"ON DUPLICATE KEY UPDATE since = IF(pid <=> ? AND host <=> ?, since, UTC_TIMESTAMP(6)), "+
 		"waiting_since = IF(? OR waiting_since IS NULL, UTC_TIMESTAMP(6), waiting_since), "+
-		"strategy = ?, host = ?, pid = ?, seen_at = UTC_TIMESTAMP(6), expiry_us = ?, value = ?, priority = ?, version = ?, healthy = ?",
-		p.lock, st.cfg.Identity, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v,
-		os.Getpid(), host, begun, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v))
+		"strategy = ?, host = ?, pid = ?, seen_at = UTC_TIMESTAMP(6), expiry_us = ?, value = ?, priority = ?, version = ?, healthy = ?, session = ?",
+		p.lock, st.cfg.Identity, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v, p.session,
+		os.Getpid(), host, begun, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v, p.session))
 	if err != nil {
 		return during("candidate heartbeat", schemaError(st.tbl, err))
 	}
