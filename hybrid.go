@@ -260,8 +260,9 @@ const (
 	// milliseconds.
 	SessionOwn = "own"
 	// SessionShared: a server session this election shares with the
-	// process's other GetLock elections on the same *sql.DB; it fails
-	// over within about CheckInterval.
+	// process's other GetLock elections on the same *sql.DB, whose
+	// waiters try the locks every CheckInterval: its failover follows
+	// those tries, not the server's end of a session.
 	SessionShared = "shared"
 	// SessionPool: no session of its own; its statements go through the
 	// pool, batched with the process's other LeaseRow elections.
