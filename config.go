@@ -224,6 +224,11 @@ type Observer struct {
 	// Preempted: this leader asked to hand over to candidate to, of a
 	// higher priority (Config.PreferAfter).
 	Preempted func(election, to string)
+	// Campaigning: this candidate joined the election's candidates, on
+	// session, which says how it reaches the server (SessionOwn,
+	// SessionShared or SessionPool, as Candidate.Session); once per
+	// campaign.
+	Campaigning func(election, session string)
 }
 
 // The hooks, each a no-op where its field is nil.
@@ -273,6 +278,12 @@ func (o *Observer) healthChecked(election string, healthy bool, err error) {
 func (o *Observer) preempted(election, to string) {
 	if o.Preempted != nil {
 		o.Preempted(election, to)
+	}
+}
+
+func (o *Observer) campaigning(election, session string) {
+	if o.Campaigning != nil {
+		o.Campaigning(election, session)
 	}
 }
 

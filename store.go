@@ -483,6 +483,7 @@ func (p *presence) joinOn(ctx context.Context, q querier) error {
 		ageMicros("c.seen_at")+" > 10 * c.expiry_us", p.lock)); err != nil {
 		return during("cleaning up candidates", schemaError(st.tbl, err))
 	}
+	st.cfg.Observer.campaigning(st.name, p.session)
 	return nil
 }
 

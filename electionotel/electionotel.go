@@ -28,6 +28,9 @@
 //	                                   (the last check's verdict, see Observer.HealthChecked)
 //	election.preferred_handovers       counter, hand-overs this process's leader asked for to a
 //	                                   candidate of higher priority (Config.PreferAfter)
+//	election.session{session}          gauge, 1 for how this process's candidate reaches the server
+//	                                   ("own", "shared" or "pool", as Candidate.Session), 0 for
+//	                                   the others
 //	leader_election_master_status      gauge, as election.is_leader but with the attribute name
 //	                                   for the election: the metric (and label) client-go's leader
 //	                                   election exports, which existing dashboards read
@@ -61,6 +64,7 @@ type Metrics struct {
 	healthChecks metric.Int64Counter
 	healthy      metric.Int64Gauge
 	preferred    metric.Int64Counter
+	session      metric.Int64Gauge
 
 	// terms counts the terms held here per election. Two Electors of one
 	// election in a process overlap briefly at a hand-over (the new term
@@ -88,7 +92,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	for i := range gaps {
 		gaps[i] = 0.001 * math.Pow(2, float64(i))
 	}
-	var errs [11]error
+	var errs [12]error
 	m.isLeader, errs[0] = meter.Int64Gauge("election.is_leader",
 		metric.WithDescription("1 while this process leads the election, else 0."))
 	m.masterStatus, errs[1] = meter.Int64Gauge("leader_election_master_status",
@@ -115,6 +119,8 @@ func New(meter metric.Meter) (*Metrics, error) {
 		metric.WithDescription("1 while this process's candidate counts as healthy (a check has passed, and fewer than HealthFailures have failed since), else 0."))
 	m.preferred, errs[10] = meter.Int64Counter("election.preferred_handovers",
 		metric.WithDescription("Hand-overs this process's leader asked for to a candidate of higher priority (Config.PreferAfter)."))
+	m.session, errs[11] = meter.Int64Gauge("election.session",
+		metric.WithDescription(`1 for how this process's candidate reaches the server ("own", "shared" or "pool", as Candidate.Session), 0 for the others.`))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("electionotel: creating instruments: %w", err)
 	}
@@ -168,6 +174,15 @@ func (m *Metrics) Observer() *election.Observer {
 		},
 		Preempted: func(name, _ string) {
 			m.preferred.Add(ctx, 1, attrs(name))
+		},
+		Campaigning: func(name, session string) {
+			for _, s := range []string{election.SessionOwn, election.SessionShared, election.SessionPool} {
+				var v int64
+				if s == session {
+					v = 1
+				}
+				m.session.Record(ctx, v, attrs(name, "session", s))
+			}
 		},
 	}
 }

@@ -160,7 +160,10 @@ func TestTermMetrics(t *testing.T) {
 			eventually(t, 5*time.Second, "is_leader 1", func() bool {
 				return value(t, r, "election.is_leader", "election", name) == 1
 			})
+			session := map[election.Strategy]string{election.GetLock: election.SessionOwn, election.LeaseRow: election.SessionPool}[s]
 			check(t, r, "leading",
+				want{"election.session", []string{"election", name, "session", session}, 1},
+				want{"election.session", []string{"election", name, "session", election.SessionShared}, 0},
 				want{"leader_election_master_status", []string{"name", name}, 1},
 				want{"election.term_token", []string{"election", name}, int64(term.Token())},
 				want{"election.transitions", []string{"election", name, "event", "started"}, 1},

@@ -26,6 +26,9 @@
 //	                                      (the last check's verdict, see Observer.HealthChecked)
 //	election_preferred_handovers_total    hand-overs this process's leader asked for to a candidate
 //	                                      of higher priority (Config.PreferAfter)
+//	election_session{session}             1 for how this process's candidate reaches the server
+//	                                      ("own", "shared" or "pool", as Candidate.Session), 0 for
+//	                                      the others
 //
 // and, labelled name rather than election, the metric client-go's leader
 // election exports, which existing dashboards read:
@@ -57,6 +60,7 @@ type Metrics struct {
 	healthChecks *prometheus.CounterVec
 	healthy      *prometheus.GaugeVec
 	preferred    *prometheus.CounterVec
+	session      *prometheus.GaugeVec
 
 	// terms counts the terms held here per election. Two Electors of one
 	// election in a process overlap briefly at a hand-over (the new term
@@ -123,10 +127,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "preferred_handovers_total",
 			Help: "Hand-overs this process's leader asked for to a candidate of higher priority (Config.PreferAfter).",
 		}, []string{"election"}),
+		session: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "session",
+			Help: `1 for how this process's candidate reaches the server ("own", "shared" or "pool", as Candidate.Session), 0 for the others.`,
+		}, []string{"election", "session"}),
 		terms: map[string]int{},
 	}
 	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failover, m.failures, m.kills,
-		m.healthChecks, m.healthy, m.preferred}
+		m.healthChecks, m.healthy, m.preferred, m.session}
 	if err := reg.Register(all); err != nil {
 		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
 	}
@@ -179,6 +187,15 @@ func (m *Metrics) Observer() *election.Observer {
 		},
 		Preempted: func(name, _ string) {
 			m.preferred.WithLabelValues(name).Inc()
+		},
+		Campaigning: func(name, session string) {
+			for _, s := range []string{election.SessionOwn, election.SessionShared, election.SessionPool} {
+				v := 0.0
+				if s == session {
+					v = 1
+				}
+				m.session.WithLabelValues(name, s).Set(v)
+			}
 		},
 	}
 }

@@ -159,6 +159,12 @@ func TestTermMetrics(t *testing.T) {
 					t.Errorf("%s%v = %v, want %v", c.family, c.labels, got, c.want)
 				}
 			}
+			session := map[election.Strategy]string{election.GetLock: election.SessionOwn, election.LeaseRow: election.SessionPool}[s]
+			for _, sess := range []string{election.SessionOwn, election.SessionShared, election.SessionPool} {
+				if got, want := value(t, reg, "election_session", "election", name, "session", sess), map[bool]float64{true: 1}[sess == session]; got != want {
+					t.Errorf("election_session{session=%q} = %v, want %v", sess, got, want)
+				}
+			}
 			if n := value(t, reg, "election_keepalive_seconds", "election", name); n < 2 {
 				t.Errorf("%v keepalives observed in 400ms at a 100ms interval, want at least 2", n)
 			}

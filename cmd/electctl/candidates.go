@@ -53,15 +53,16 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 		case !k.Alive:
 			role = "dead"
 		}
-		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo),
+		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo), shownOrDash(k.Session),
 			fmt.Sprint(k.Priority), shownOrDash(k.Version), shownOrDash(k.Health), shownOrDash(k.Value)})
 	}
-	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN\tPRIORITY\tVERSION\tHEALTH\tVALUE", rows)
+	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN\tSESSION\tPRIORITY\tVERSION\tHEALTH\tVALUE", rows)
 	return exitOK
 }
 
 // candidateView is the JSON form of a candidate. Health is "healthy",
-// "unhealthy", or empty for a candidate that runs no check.
+// "unhealthy", or empty for a candidate that runs no check; Session is
+// "own", "shared" or "pool" (election.Candidate.Session).
 type candidateView struct {
 	Identity  string   `json:"identity"`
 	Host      string   `json:"host"`
@@ -74,9 +75,10 @@ type candidateView struct {
 	Priority  int32    `json:"priority"`
 	Version   string   `json:"version"`
 	Health    string   `json:"health"`
+	Session   string   `json:"session"`
 }
 
 // candidate gives the JSON form of candidate k.
 func candidate(k election.Candidate) candidateView {
-	return candidateView{k.Identity, k.Host, k.PID, jsonTime(k.Since), ms(k.SeenAgo), k.Alive, k.Leader, k.Value, k.Priority, k.Version, k.Health}
+	return candidateView{k.Identity, k.Host, k.PID, jsonTime(k.Since), ms(k.SeenAgo), k.Alive, k.Leader, k.Value, k.Priority, k.Version, k.Health, k.Session}
 }

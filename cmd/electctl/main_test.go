@@ -196,14 +196,15 @@ func TestStatusHistoryCandidates(t *testing.T) {
 		t.Fatalf("candidates --json: %d %v\n%s", code, err, out)
 	}
 	if a, b := cands[0], cands[1]; a.Identity != "host-a" || !a.Leader || a.Value != value || a.Priority != 5 || a.Version != "v2" || a.Health != "healthy" ||
-		b.Identity != "host-b" || b.Value != "" || b.Priority != 0 || b.Version != "" || b.Health != "" {
+		b.Identity != "host-b" || b.Value != "" || b.Priority != 0 || b.Version != "" || b.Health != "" ||
+		a.Session != election.SessionOwn || b.Session != election.SessionOwn {
 		t.Fatalf("candidates --json: %+v", cands)
 	}
 	code, out, _ = c.ctl("candidates", "billing")
-	// The last four columns: PRIORITY, VERSION, HEALTH, VALUE.
+	// The last five columns: SESSION, PRIORITY, VERSION, HEALTH, VALUE.
 	a, b := fields(out, "host-a "), fields(out, "host-b ")
-	if code != exitOK || len(a) < 4 || len(b) < 4 || a[1] != "leader" || strings.Join(a[len(a)-4:], " ") != "5 v2 healthy "+value ||
-		strings.Join(b[len(b)-4:], " ") != "0 - - -" {
+	if code != exitOK || len(a) < 5 || len(b) < 5 || a[1] != "leader" || strings.Join(a[len(a)-5:], " ") != "own 5 v2 healthy "+value ||
+		strings.Join(b[len(b)-5:], " ") != "own 0 - - -" {
 		t.Fatalf("candidates: %d\n%s", code, out)
 	}
 	code, out, _ = c.ctl("history", "billing", "--json")
