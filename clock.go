@@ -148,38 +148,3 @@ type sightings struct {
 	mu                         sync.Mutex
 	renewal, demotion, claimed sighting
 }
-
-// vouch makes rec, read by r, a record its reader can decide by: the
-// latest local instants at which its renewal, its demotion and its claim
-// can have been stamped, by this reader's watch of the server's clock and
-// its earlier sightings. Record's rule reads its ages from there (see
-// Record.renewalAge). A step of the server's clock seen by this read is
-// logged.
-func (s *store) vouch(rec *Record, r reading) {
-	step, p := s.first.clock.see(r)
-	switch {
-	case step.Abs() >= noticedStep:
-		s.cfg.Logger.Warn("the database server's clock stepped, or the pool reached another server whose clock differs: "+
-			"a renewal of the election stamped before this read counts as made at it, so no leader is deposed by the step "+
-			"(a lease that ran out meanwhile is taken over up to Lease+Margin later)",
-			"election", s.name, "step", step.Round(time.Millisecond).String())
-	case step != 0:
-		s.cfg.Logger.Debug("the database server's clock moved apart from this candidate's (another node of a cluster, or a small step): a new run of the watch",
-			"election", s.name, "step", step.String())
-	}
-	rec.read = r.recv
-	if rec.Token == 0 { // no record: nothing stamped
-		return
-	}
-	seen := &s.seen
-	seen.mu.Lock()
-	defer seen.mu.Unlock()
-	rec.renewedBy = seen.renewal.see(rec.Token, rec.Renewed.UnixMicro(), p.stampedBy(rec.Renewed.UnixMicro()))
-	rec.claimedBy = seen.claimed.see(rec.Token, rec.Since.UnixMicro(), p.stampedBy(rec.Since.UnixMicro()))
-	if !rec.Ended.IsZero() {
-		rec.endedBy = p.stampedBy(rec.Ended.UnixMicro())
-	}
-	if rec.demoteAt.Valid {
-		rec.demotedBy = seen.demotion.see(rec.Token, rec.demoteAt.Int64, p.stampedBy(rec.demoteAt.Int64))
-	}
-}

@@ -8,7 +8,6 @@ package election
 // docs/protocol.md, "The end of a term".
 
 import (
-	"context"
 	"time"
 )
 
@@ -44,70 +43,6 @@ type ending struct {
 	// lasted is how long the term lasted by its leader's own clock, from
 	// its start to at; 0 where the writer is not its leader (a kill).
 	lasted time.Duration
-}
-
-// moment is the SQL for at on the database clock, as microseconds since
-// the Unix epoch, and its argument. Translated by timeAgo, at comes out
-// late by the time the statement waited to run; taken by an earlier
-// statement, it does not.
-func (e ending) moment() (string, int64) {
-	if e.serverUS != 0 {
-		return "?", e.serverUS
-	}
-	return utcMicros(timeAgo), agoMicros(e.at)
-}
-
-// lastedUS is lasted for the history's lasted_us: NULL when unknown.
-func (e ending) lastedUS() any {
-	if e.lasted <= 0 {
-		return nil
-	}
-	return e.lasted.Microseconds()
-}
-
-// owedEnd is the end of a term that could not be recorded when it ended.
-type owedEnd struct {
-	token uint64
-	end   ending
-}
-
-// maxOwed bounds the ends a candidate keeps for later: a process has one
-// term at a time, and each campaign first pays what it owes.
-const maxOwed = 8
-
-// owe keeps the end of term token, which could not be written (the server
-// was out of reach), to be written by payOwed.
-func (s *store) owe(token uint64, end ending) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.owed) == maxOwed {
-		s.owed = s.owed[1:]
-	}
-	s.owed = append(s.owed, owedEnd{token, end})
-}
-
-// payOwed writes the ends that could not be written when they happened,
-// with their own reasons and times, through the pool, bounded by an
-// interval; what still fails is kept for the next call. Campaigns call it
-// once the server is reached (prepare).
-func (s *store) payOwed(ctx context.Context, lock string) {
-	s.mu.Lock()
-	owed := s.owed
-	s.owed = nil
-	s.mu.Unlock()
-	if len(owed) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
-	defer cancel()
-	for i, o := range owed {
-		if err := s.endTerm(ctx, s.db, lock, o.token, o.end); err != nil {
-			for _, o := range owed[i:] {
-				s.owe(o.token, o.end)
-			}
-			return
-		}
-	}
 }
 
 // settle fills in the end of history row t, which has none yet, from what

@@ -296,3 +296,19 @@ func (l *leaderSeen) see(log *slog.Logger, identity string, token uint64) {
 	l.identity, l.token = identity, token
 	log.Debug("waiting: another candidate leads", "leader", identity, "token", token)
 }
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // text writes args into query in place of its ? placeholders, as literals,
@@ -161,3 +162,19 @@ func literals(ss []string) string {
 	}
 	return strings.Join(q, ", ")
 }
+
+// querier is what both the pool and a pinned session offer.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// timeAgo is the SQL for a moment on the database clock, given how many
+// microseconds ago it was (agoMicros), measured just before the statement
+// is sent: a local moment, written late, keeps its time. The statement
+// must go on a session already in hand (see onConn), or a pool's dial
+// would come between the measure and the send.
+const timeAgo = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+
+func agoMicros(at time.Time) int64 { return max(time.Since(at), 0).Microseconds() }

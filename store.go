@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -23,13 +25,6 @@ import (
 // historyPruneEvery spaces out the deletes that bound the history: a
 // candidate prunes at its first term and every 16th after.
 const historyPruneEvery = 16
-
-// querier is what both the pool and a pinned session offer.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
 
 // store is one election's rows in one database, as candidates, operators
 // and fenced transactions reach them.
@@ -77,36 +72,163 @@ func (s *store) pruneDue() bool {
 	return s.starts%historyPruneEvery == 1
 }
 
-// kill ends, through q, the session of a holder that Record.overdue found
-// stuck or disobedient, and records why. rec must come from a read that
-// cross-checked the lock owner with IS_USED_LOCK (its callers,
-// pinned.contend and Operator.demote, read it so); no other session id is
-// ever killed. The Observer learns the outcome (Killed), which the
-// Elector's Stats count. A refused kill returns ErrKillDenied with the
-// grant to give.
-func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, why string, log *slog.Logger) error {
-	if _, err := q.ExecContext(ctx, text("KILL CONNECTION ?", rec.ConnID)); err != nil {
-		var me *mysql.MySQLError
-		switch {
-		case errors.As(err, &me) && me.Number == 1094:
-			// Unknown thread: the session ended on its own between the read
-			// and the kill. Nothing was killed; its end is its own to record.
+// firstUse is what the candidates on one pool with one table prefix learn
+// once.
+type firstUse struct {
+	turn     chan struct{} // held by the candidate that learns
+	database string        // DATABASE(), once read
+	server   *platform     // once read
+	ready    bool          // the tables were made sure of
+	clock    serverClock   // the server's clock as the pool's reads have seen it
+}
+
+type firstUseKey struct {
+	db  weak.Pointer[sql.DB] // not kept alive by this
+	tbl tables
+}
+
+var firstUses = struct {
+	sync.Mutex
+	m map[firstUseKey]*firstUse
+}{m: map[firstUseKey]*firstUse{}}
+
+// firstUseOf returns what candidates on db with tables tbl learn once; it
+// is forgotten with db.
+func firstUseOf(db *sql.DB, tbl tables) *firstUse {
+	k := firstUseKey{weak.Make(db), tbl}
+	firstUses.Lock()
+	defer firstUses.Unlock()
+	f := firstUses.m[k]
+	if f == nil {
+		f = &firstUse{turn: make(chan struct{}, 1)}
+		firstUses.m[k] = f
+		runtime.AddCleanup(db, func(k firstUseKey) {
+			firstUses.Lock()
+			delete(firstUses.m, k)
+			firstUses.Unlock()
+		}, k)
+	}
+	return f
+}
+
+// learn runs f while no other candidate of the pool learns.
+func (f *firstUse) learn(ctx context.Context, learn func() error) error {
+	select {
+	case f.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-f.turn }()
+	return learn()
+}
+
+// resolveLock returns the election's lock name, the key of all its rows,
+// learnt once from the DSN's database (lockName). It needs no privilege
+// beyond connecting: readers create no tables.
+func (s *store) resolveLock(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	lock := s.lock
+	s.mu.Unlock()
+	if lock != "" {
+		return lock, nil
+	}
+	var database string
+	err := s.first.learn(ctx, func() error {
+		if s.first.database != "" {
+			database = s.first.database
 			return nil
-		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
-			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION_ADMIN "+
-				"(MySQL 8), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate as the same user "+
-				"(the only fix on Amazon RDS and Aurora, which end other users' sessions through CALL mysql.rds_kill alone)",
-				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
-			s.cfg.Observer.killed(s.name, why, err)
+		}
+		var name sql.NullString
+		if err := s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
+			return during("reaching the server", refusal(err))
+		}
+		if !name.Valid {
+			return fmt.Errorf("%w: the DSN names no database; add one, as in user:pass@tcp(host:3306)/dbname", ErrInvalidConfig)
+		}
+		database, s.first.database = name.String, name.String
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	lock = lockName(database, s.cfg.TablePrefix, s.name)
+	s.mu.Lock()
+	s.lock = lock
+	s.mu.Unlock()
+	return lock, nil
+}
+
+// prepare reads the server's platform and settles the candidate's
+// strategy, then creates or checks the tables, once, before a candidate's
+// first campaign; it returns the lock name.
+func (s *store) prepare(ctx context.Context, log *slog.Logger) (string, error) {
+	// Bounded as a session's setup is: a server that accepts the connection
+	// and never answers must not hold a campaign forever, whatever ctx.
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease+s.cfg.Margin)
+	defer cancel()
+	lock, err := s.resolveLock(ctx)
+	s.mu.Lock()
+	ready := s.ready
+	s.mu.Unlock()
+	if err != nil || ready {
+		return lock, err
+	}
+	var (
+		p        platform
+		strategy Strategy
+		why      string
+		learnt   bool // this candidate checked the server and the tables
+	)
+	err = s.first.learn(ctx, func() error {
+		// The server first: a strategy it cannot serve is refused before
+		// any table is created.
+		if s.first.server == nil {
+			server, err := detectPlatform(ctx, s.db)
+			if err != nil {
+				return err
+			}
+			s.first.server = &server
+		}
+		p = *s.first.server
+		if strategy, why, err = p.strategyFor(s.cfg.Strategy); err != nil || s.first.ready {
 			return err
-		default:
-			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
+		}
+		check := checkSchema
+		if !s.cfg.SkipCreateTables {
+			check = createSchema
+		}
+		if err := check(ctx, s.db, s.tbl); err != nil {
+			return err
+		}
+		s.first.ready, learnt = true, true
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if learnt {
+		if why != "" {
+			log.Info("strategy chosen for this server", "strategy", strategy.String(), "why", why)
+		}
+		for _, w := range p.warnings(strategy, s.cfg.CheckInterval) {
+			log.Warn(w)
 		}
 	}
-	s.cfg.Observer.killed(s.name, why, nil)
-	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
-	return s.endTerm(ctx, q, lock, rec.Token, ending{why: why, at: time.Now()})
+	s.mu.Lock()
+	s.ready, s.platform, s.strategy = true, p, strategy
+	s.mu.Unlock()
+	return lock, nil
 }
+
+// settled returns the server's platform and the candidate's strategy, as
+// prepare settled them.
+func (s *store) settled() (platform, Strategy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.platform, s.strategy
+}
+
+// The record: read as a reader takes it, and as a reader who decides by it (vouch).
 
 // scanned, scannedTime and scannedAge scan a column that may be NULL
 // into dst, as its zero value then: a column as it is, microseconds since
@@ -268,6 +390,45 @@ func collect[T any](ctx context.Context, q querier, t tables, what, query string
 	return out, nil
 }
 
+// vouch makes rec, read by r, a record its reader can decide by: the
+// latest local instants at which its renewal, its demotion and its claim
+// can have been stamped, by this reader's watch of the server's clock and
+// its earlier sightings. Record's rule reads its ages from there (see
+// Record.renewalAge). A step of the server's clock seen by this read is
+// logged.
+func (s *store) vouch(rec *Record, r reading) {
+	step, p := s.first.clock.see(r)
+	switch {
+	case step.Abs() >= noticedStep:
+		s.cfg.Logger.Warn("the database server's clock stepped, or the pool reached another server whose clock differs: "+
+			"a renewal of the election stamped before this read counts as made at it, so no leader is deposed by the step "+
+			"(a lease that ran out meanwhile is taken over up to Lease+Margin later)",
+			"election", s.name, "step", step.Round(time.Millisecond).String())
+	case step != 0:
+		s.cfg.Logger.Debug("the database server's clock moved apart from this candidate's (another node of a cluster, or a small step): a new run of the watch",
+			"election", s.name, "step", step.String())
+	}
+	rec.read = r.recv
+	if rec.Token == 0 { // no record: nothing stamped
+		return
+	}
+	seen := &s.seen
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	rec.renewedBy = seen.renewal.see(rec.Token, rec.Renewed.UnixMicro(), p.stampedBy(rec.Renewed.UnixMicro()))
+	rec.claimedBy = seen.claimed.see(rec.Token, rec.Since.UnixMicro(), p.stampedBy(rec.Since.UnixMicro()))
+	if !rec.Ended.IsZero() {
+		rec.endedBy = p.stampedBy(rec.Ended.UnixMicro())
+	}
+	if rec.demoteAt.Valid {
+		rec.demotedBy = seen.demotion.see(rec.Token, rec.demoteAt.Int64, p.stampedBy(rec.demoteAt.Int64))
+	}
+}
+
+// The leader's keepalive, and the locks of a candidate's session. GET_LOCK
+// returns 1 when acquired, 0 on timeout, NULL on error (a killed query);
+// a wait is in seconds as the server takes it (platform.lockWait).
+
 // renew is a pinned GetLock leader's keepalive, on its session q: one
 // statement that stamps the record of term token, if it still names
 // session with no demotion pending and the session holds the lock, and
@@ -308,10 +469,6 @@ func (s *store) renewalMissed(ctx context.Context, q querier, lock string, token
 	return m, err
 }
 
-// The named locks, on a candidate's pinned or shared session q. GET_LOCK
-// returns 1 when acquired, 0 on timeout, NULL on error (a killed query);
-// wait is in seconds as the server takes it (platform.lockWait).
-
 // pinSession reads the id of session q and takes lock on it, waiting up
 // to wait.
 func pinSession(ctx context.Context, q querier, lock string, wait float64) (id uint64, got sql.NullInt64, err error) {
@@ -347,6 +504,177 @@ func releaseAt(ctx context.Context, q querier, lock string, at time.Time) (us in
 	return us, n.Int64 == 1, err
 }
 
+// The end of a term.
+
+// kill ends, through q, the session of a holder that Record.overdue found
+// stuck or disobedient, and records why. rec must come from a read that
+// cross-checked the lock owner with IS_USED_LOCK (its callers,
+// pinned.contend and Operator.demote, read it so); no other session id is
+// ever killed. The Observer learns the outcome (Killed), which the
+// Elector's Stats count. A refused kill returns ErrKillDenied with the
+// grant to give.
+func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, why string, log *slog.Logger) error {
+	if _, err := q.ExecContext(ctx, text("KILL CONNECTION ?", rec.ConnID)); err != nil {
+		var me *mysql.MySQLError
+		switch {
+		case errors.As(err, &me) && me.Number == 1094:
+			// Unknown thread: the session ended on its own between the read
+			// and the kill. Nothing was killed; its end is its own to record.
+			return nil
+		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
+			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION_ADMIN "+
+				"(MySQL 8), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate as the same user "+
+				"(the only fix on Amazon RDS and Aurora, which end other users' sessions through CALL mysql.rds_kill alone)",
+				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
+			s.cfg.Observer.killed(s.name, why, err)
+			return err
+		default:
+			return fmt.Errorf("election: KILL CONNECTION %d: %w", rec.ConnID, err)
+		}
+	}
+	s.cfg.Observer.killed(s.name, why, nil)
+	log.Warn("killed the session of a leader", "reason", why, "holder", rec.Identity, "token", rec.Token, "conn_id", rec.ConnID)
+	return s.endTerm(ctx, q, lock, rec.Token, ending{why: why, at: time.Now()})
+}
+
+// onConn runs f on one session of q: q itself if it is one, or one taken
+// from the pool q for the call.
+func onConn(ctx context.Context, q querier, f func(q querier) error) error {
+	db, ok := q.(*sql.DB)
+	if !ok {
+		return f(q)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return during("opening a session", refusal(err))
+	}
+	err = f(conn)
+	release(conn, err)
+	return err
+}
+
+// endTerm records how term token ended, in one statement: in the record,
+// if it still describes that term as leading, and in the history, unless
+// the leader already wrote its own reason there: a "lost" written by the
+// successor, which could not know better, gives way, and so does any
+// reason to a kill's. The history's end keeps its order whatever the
+// database clock did: never before the term's start, never after the next
+// term's start (an end written late, after a step of that clock back). The
+// leader's own measure of the term goes with it (lasted_us). (The
+// assignments depend on nothing they assign: a multi-table UPDATE may make
+// them in any order. The next start is read through a derived table, which
+// its aggregate keeps from being merged: MySQL refuses an UPDATE that
+// reads its own table otherwise, error 1093.)
+//
+// The next term's start reads the row this one's end writes, and may meet
+// it in a deadlock: the end is tried once more then.
+func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
+	return onConn(ctx, q, func(q querier) error {
+		err := s.endTermOn(ctx, q, lock, token, end)
+		if conflict(err) {
+			err = s.endTermOn(ctx, q, lock, token, end)
+		}
+		if conflict(err) { // the record, which the next term reads, must still say it
+			err = s.endRecord(ctx, q, lock, token, end, "")
+		}
+		return err
+	})
+}
+
+func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uint64, end ending) error {
+	at, us := end.moment()
+	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
+		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
+		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
+		"LEFT JOIN (SELECT MIN(started_at) AS started_at FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch > ?) n ON 1 "+
+		"SET r.state = ?, r.ended_at = "+datetime("GREATEST("+utcMicros("r.since")+", "+at+")")+", "+
+		"t.ended_at = "+datetime("GREATEST("+utcMicros("t.started_at")+", LEAST("+at+", COALESCE("+utcMicros("n.started_at")+", "+at+")))")+
+		", t.reason = ?, t.lasted_us = COALESCE(?, t.lasted_us)",
+		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, lock, token, end.why, us, us, us, end.why, end.lastedUS()))
+	if denied(err) || serverError(err, 1146, 1205) {
+		// Denied, missing or locked on the history: the record, which the
+		// next term reads, must still say how this one ended.
+		err = s.endRecord(ctx, q, lock, token, end, "")
+	}
+	return err
+}
+
+// endRecord records in the record, if it still describes term token as
+// leading (and matches cond, SQL on its columns), how the term ended: not
+// before it started, whatever the database clock did.
+func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
+	at, us := end.moment()
+	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
+		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
+	return err
+}
+
+// owedEnd is the end of a term that could not be recorded when it ended.
+type owedEnd struct {
+	token uint64
+	end   ending
+}
+
+// maxOwed bounds the ends a candidate keeps for later: a process has one
+// term at a time, and each campaign first pays what it owes.
+const maxOwed = 8
+
+// owe keeps the end of term token, which could not be written (the server
+// was out of reach), to be written by payOwed.
+func (s *store) owe(token uint64, end ending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.owed) == maxOwed {
+		s.owed = s.owed[1:]
+	}
+	s.owed = append(s.owed, owedEnd{token, end})
+}
+
+// payOwed writes the ends that could not be written when they happened,
+// with their own reasons and times, through the pool, bounded by an
+// interval; what still fails is kept for the next call. Campaigns call it
+// once the server is reached (prepare).
+func (s *store) payOwed(ctx context.Context, lock string) {
+	s.mu.Lock()
+	owed := s.owed
+	s.owed = nil
+	s.mu.Unlock()
+	if len(owed) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
+	for i, o := range owed {
+		if err := s.endTerm(ctx, s.db, lock, o.token, o.end); err != nil {
+			for _, o := range owed[i:] {
+				s.owe(o.token, o.end)
+			}
+			return
+		}
+	}
+}
+
+// moment is the SQL for at on the database clock, as microseconds since
+// the Unix epoch, and its argument. Translated by timeAgo, at comes out
+// late by the time the statement waited to run; taken by an earlier
+// statement, it does not.
+func (e ending) moment() (string, int64) {
+	if e.serverUS != 0 {
+		return "?", e.serverUS
+	}
+	return utcMicros(timeAgo), agoMicros(e.at)
+}
+
+// lastedUS is lasted for the history's lasted_us: NULL when unknown.
+func (e ending) lastedUS() any {
+	if e.lasted <= 0 {
+		return nil
+	}
+	return e.lasted.Microseconds()
+}
+
+// The epoch and fenced transactions.
+
 // epoch reads the newest token the election has issued; 0 if none.
 func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	var epoch uint64
@@ -356,6 +684,79 @@ func (s *store) epoch(ctx context.Context, lock string) (uint64, error) {
 	}
 	return epoch, nil
 }
+
+// causalEpoch reads the election's epoch as epoch does, but on a
+// multi-primary cluster only once this member has applied every write set
+// committed in the cluster before the read (platform.causalRead), on a
+// session of its own that is dropped after: a certification failure can
+// come back before the newer epoch is applied here.
+func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
+	server, _ := s.settled()
+	if !server.certifies() {
+		return s.epoch(ctx, lock)
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer drop(conn)
+	if _, err := conn.ExecContext(ctx, server.causalRead()); err != nil {
+		return 0, err
+	}
+	var epoch uint64
+	err = conn.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
+	return epoch, err
+}
+
+// fencedSession is the server session of a fenced transaction, as its
+// check read it.
+type fencedSession struct {
+	id     uint64
+	server string // serverName
+}
+
+// killSession ends s through a pool session, if that reaches s's server,
+// within Interval.
+func (s *store) killSession(ctx context.Context, fs fencedSession) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
+	defer cancel()
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var server string
+	if err := conn.QueryRowContext(ctx, "SELECT "+serverName).Scan(&server); err != nil {
+		return err
+	}
+	if server != fs.server {
+		return fmt.Errorf("the pool reaches %s, not the session's server %s", server, fs.server)
+	}
+	_, err = conn.ExecContext(ctx, text("KILL CONNECTION ?", fs.id))
+	return err
+}
+
+// fenceRead reads, in a fenced transaction tx, the election's epoch,
+// locking its row as the server allows (platform.fenceLock), with the
+// session's wait_timeout and who the session is.
+func (s *store) fenceRead(ctx context.Context, tx *sql.Tx, lock string, server platform) (epoch uint64, wait int64, fs fencedSession, err error) {
+	err = tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+s.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
+		Scan(&epoch, &wait, &fs.id, &fs.server)
+	return epoch, wait, fs, err
+}
+
+// writeEpochBack changes the epoch row and changes it back in tx, which
+// puts the row in tx's write set.
+func (s *store) writeEpochBack(ctx context.Context, tx *sql.Tx, lock string) error {
+	for _, step := range []string{"+ 1", "- 1"} {
+		if _, err := tx.ExecContext(ctx, text("UPDATE `"+s.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The history.
 
 // lastTerms reads the election's last n terms' history rows, newest
 // first.
@@ -383,6 +784,8 @@ func (s *store) terms(ctx context.Context, lock, cond string, args ...any) ([]Te
 		return t, err
 	})
 }
+
+// The candidates.
 
 // candidates reads the election's candidate rows; leader marks the one
 // that leads.
@@ -551,157 +954,45 @@ func (s *store) deleteCandidate(ctx context.Context) error {
 	return err
 }
 
-// timeAgo is the SQL for a moment on the database clock, given how many
-// microseconds ago it was (agoMicros), measured just before the statement
-// is sent: a local moment, written late, keeps its time. The statement
-// must go on a session already in hand (see onConn), or a pool's dial
-// would come between the measure and the send.
-const timeAgo = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
-
-func agoMicros(at time.Time) int64 { return max(time.Since(at), 0).Microseconds() }
-
-// onConn runs f on one session of q: q itself if it is one, or one taken
-// from the pool q for the call.
-func onConn(ctx context.Context, q querier, f func(q querier) error) error {
-	db, ok := q.(*sql.DB)
-	if !ok {
-		return f(q)
+// unhealthy marks this candidate's row unhealthy, which takes it out of
+// the live candidates (alive) at once, whatever its session still holds.
+func (s *store) unhealthy(ctx context.Context) error {
+	lock, err := s.resolveLock(ctx)
+	if err == nil {
+		_, err = write(ctx, s.db, text("UPDATE `"+s.tbl.candidate+"` SET healthy = FALSE WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
 	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return during("opening a session", refusal(err))
-	}
-	err = f(conn)
-	release(conn, err)
 	return err
 }
 
-// endTerm records how term token ended, in one statement: in the record,
-// if it still describes that term as leading, and in the history, unless
-// the leader already wrote its own reason there: a "lost" written by the
-// successor, which could not know better, gives way, and so does any
-// reason to a kill's. The history's end keeps its order whatever the
-// database clock did: never before the term's start, never after the next
-// term's start (an end written late, after a step of that clock back). The
-// leader's own measure of the term goes with it (lasted_us). (The
-// assignments depend on nothing they assign: a multi-table UPDATE may make
-// them in any order. The next start is read through a derived table, which
-// its aggregate keeps from being merged: MySQL refuses an UPDATE that
-// reads its own table otherwise, error 1093.)
-//
-// The next term's start reads the row this one's end writes, and may meet
-// it in a deadlock: the end is tried once more then.
-func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint64, end ending) error {
-	return onConn(ctx, q, func(q querier) error {
-		err := s.endTermOn(ctx, q, lock, token, end)
-		if conflict(err) {
-			err = s.endTermOn(ctx, q, lock, token, end)
-		}
-		if conflict(err) { // the record, which the next term reads, must still say it
-			err = s.endRecord(ctx, q, lock, token, end, "")
-		}
-		return err
+// preferred returns the live, healthy candidate of the highest priority
+// above this one's that has campaigned for PreferAfter, the longest
+// waiting first among equals; "" if none.
+func (s *store) preferred(ctx context.Context, lock string) (string, error) {
+	var to string
+	err := s.db.QueryRowContext(ctx, text("SELECT c.identity FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND c.identity <> ? AND c.priority > ? AND "+
+		s.cfg.target("c")+" AND "+ageMicros("c.waiting_since")+" >= ? ORDER BY c.priority DESC, c.waiting_since, c.identity LIMIT 1",
+		lock, s.cfg.Identity, int(s.cfg.Priority), s.cfg.PreferAfter.Microseconds())).Scan(&to)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", during("reading the candidates", schemaError(s.tbl, err))
+	}
+	return to, nil
+}
+
+// targets reads which of the elections locks each live candidate a
+// hand-over may name (Config.target) campaigns in: for each such row, its
+// lock and its identity.
+func (s *store) targets(ctx context.Context, locks []string) ([][2]string, error) {
+	return collect(ctx, s.db, s.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+s.tbl.candidate+"` c WHERE c.lock_name IN ("+
+		literals(locks)+") AND "+s.cfg.target("c"), func(rows *sql.Rows) (c [2]string, err error) {
+		err = rows.Scan(&c[0], &c[1])
+		return c, err
 	})
 }
 
-func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uint64, end ending) error {
-	at, us := end.moment()
-	_, err := q.ExecContext(ctx, text("UPDATE (SELECT 1) AS x "+
-		"LEFT JOIN `"+s.tbl.record+"` r ON r.lock_name = ? AND r.epoch = ? AND r.state = ? "+
-		"LEFT JOIN `"+s.tbl.term+"` t ON t.lock_name = ? AND t.epoch = ? AND (t.reason IS NULL OR t.reason = ? OR ? IN (?, ?)) "+
-		"LEFT JOIN (SELECT MIN(started_at) AS started_at FROM `"+s.tbl.term+"` WHERE lock_name = ? AND epoch > ?) n ON 1 "+
-		"SET r.state = ?, r.ended_at = "+datetime("GREATEST("+utcMicros("r.since")+", "+at+")")+", "+
-		"t.ended_at = "+datetime("GREATEST("+utcMicros("t.started_at")+", LEAST("+at+", COALESCE("+utcMicros("n.started_at")+", "+at+")))")+
-		", t.reason = ?, t.lasted_us = COALESCE(?, t.lasted_us)",
-		lock, token, stateLeading, lock, token, stateLost, end.why, stateHangKilled, stateDemoteKilled, lock, token, end.why, us, us, us, end.why, end.lastedUS()))
-	if denied(err) || serverError(err, 1146, 1205) {
-		// Denied, missing or locked on the history: the record, which the
-		// next term reads, must still say how this one ended.
-		err = s.endRecord(ctx, q, lock, token, end, "")
-	}
-	return err
-}
-
-// endRecord records in the record, if it still describes term token as
-// leading (and matches cond, SQL on its columns), how the term ended: not
-// before it started, whatever the database clock did.
-func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
-	at, us := end.moment()
-	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
-	return err
-}
-
-// causalEpoch reads the election's epoch as epoch does, but on a
-// multi-primary cluster only once this member has applied every write set
-// committed in the cluster before the read (platform.causalRead), on a
-// session of its own that is dropped after: a certification failure can
-// come back before the newer epoch is applied here.
-func (s *store) causalEpoch(ctx context.Context, lock string) (uint64, error) {
-	server, _ := s.settled()
-	if !server.certifies() {
-		return s.epoch(ctx, lock)
-	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer drop(conn)
-	if _, err := conn.ExecContext(ctx, server.causalRead()); err != nil {
-		return 0, err
-	}
-	var epoch uint64
-	err = conn.QueryRowContext(ctx, text("SELECT epoch FROM `"+s.tbl.epoch+"` WHERE lock_name = ?", lock)).Scan(&epoch)
-	return epoch, err
-}
-
-// fencedSession is the server session of a fenced transaction, as its
-// check read it.
-type fencedSession struct {
-	id     uint64
-	server string // serverName
-}
-
-// killSession ends s through a pool session, if that reaches s's server,
-// within Interval.
-func (s *store) killSession(ctx context.Context, fs fencedSession) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Interval)
-	defer cancel()
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	var server string
-	if err := conn.QueryRowContext(ctx, "SELECT "+serverName).Scan(&server); err != nil {
-		return err
-	}
-	if server != fs.server {
-		return fmt.Errorf("the pool reaches %s, not the session's server %s", server, fs.server)
-	}
-	_, err = conn.ExecContext(ctx, text("KILL CONNECTION ?", fs.id))
-	return err
-}
-
-// fenceRead reads, in a fenced transaction tx, the election's epoch,
-// locking its row as the server allows (platform.fenceLock), with the
-// session's wait_timeout and who the session is.
-func (s *store) fenceRead(ctx context.Context, tx *sql.Tx, lock string, server platform) (epoch uint64, wait int64, fs fencedSession, err error) {
-	err = tx.QueryRowContext(ctx, text("SELECT epoch, @@SESSION.wait_timeout, CONNECTION_ID(), "+serverName+" FROM `"+s.tbl.epoch+"` WHERE lock_name = ?"+server.fenceLock(), lock)).
-		Scan(&epoch, &wait, &fs.id, &fs.server)
-	return epoch, wait, fs, err
-}
-
-// writeEpochBack changes the epoch row and changes it back in tx, which
-// puts the row in tx's write set.
-func (s *store) writeEpochBack(ctx context.Context, tx *sql.Tx, lock string) error {
-	for _, step := range []string{"+ 1", "- 1"} {
-		if _, err := tx.ExecContext(ctx, text("UPDATE `"+s.tbl.epoch+"` SET epoch = epoch "+step+" WHERE lock_name = ?", lock)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// What a leader, an operator or a policy asks of the record.
 
 // removeRows deletes the election's rows in one transaction, once it has
 // seen that no term may act and no candidate campaigns. It locks the
@@ -783,16 +1074,6 @@ func (s *store) request(ctx context.Context, lock string, token uint64, to strin
 	return nil
 }
 
-// unhealthy marks this candidate's row unhealthy, which takes it out of
-// the live candidates (alive) at once, whatever its session still holds.
-func (s *store) unhealthy(ctx context.Context) error {
-	lock, err := s.resolveLock(ctx)
-	if err == nil {
-		_, err = write(ctx, s.db, text("UPDATE `"+s.tbl.candidate+"` SET healthy = FALSE WHERE lock_name = ? AND identity = ?", lock, s.cfg.Identity))
-	}
-	return err
-}
-
 // proclaim writes value into the record of term token, if it still leads,
 // and into its leader's candidate row, for listing only, as in renew. It
 // reports whether the record changed: not if the value was already this
@@ -806,32 +1087,4 @@ func (s *store) proclaim(ctx context.Context, lock string, token uint64, value s
 	}
 	n, _ := res.RowsAffected()
 	return n > 0, nil
-}
-
-// preferred returns the live, healthy candidate of the highest priority
-// above this one's that has campaigned for PreferAfter, the longest
-// waiting first among equals; "" if none.
-func (s *store) preferred(ctx context.Context, lock string) (string, error) {
-	var to string
-	err := s.db.QueryRowContext(ctx, text("SELECT c.identity FROM `"+s.tbl.candidate+"` c WHERE c.lock_name = ? AND c.identity <> ? AND c.priority > ? AND "+
-		s.cfg.target("c")+" AND "+ageMicros("c.waiting_since")+" >= ? ORDER BY c.priority DESC, c.waiting_since, c.identity LIMIT 1",
-		lock, s.cfg.Identity, int(s.cfg.Priority), s.cfg.PreferAfter.Microseconds())).Scan(&to)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", nil
-	case err != nil:
-		return "", during("reading the candidates", schemaError(s.tbl, err))
-	}
-	return to, nil
-}
-
-// targets reads which of the elections locks each live candidate a
-// hand-over may name (Config.target) campaigns in: for each such row, its
-// lock and its identity.
-func (s *store) targets(ctx context.Context, locks []string) ([][2]string, error) {
-	return collect(ctx, s.db, s.tbl, "candidates", "SELECT c.lock_name, c.identity FROM `"+s.tbl.candidate+"` c WHERE c.lock_name IN ("+
-		literals(locks)+") AND "+s.cfg.target("c"), func(rows *sql.Rows) (c [2]string, err error) {
-		err = rows.Scan(&c[0], &c[1])
-		return c, err
-	})
 }

@@ -326,22 +326,6 @@ func (t *Term) finish() {
 	t.st.cfg.Observer.termEnded(t.st.name, t.st.cfg.Identity, t.token, end.why)
 }
 
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// earlier returns the earlier of a and b.
-func earlier(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
 // Reason returns why the term ended, in the words of the history
 // (TermRecord.Reason), the leader's "term ended" log, Watch and the
 // Observer: resigned, demoted, handed-over, unhealthy, lease-expired,
