@@ -163,7 +163,7 @@ func (s termStart) continued(v claimValues) string {
 
 // claimValues is what a claim writes and what it compares the record
 // with, as SQL: literals for one term start (values), the columns of a
-// derived table for a batch of them (claimBatch).
+// derived table for a batch of them (claimBatched).
 type claimValues struct {
 	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, since, delayUntil, value string // written
 	token, state, renewedUS, demoteUS                                                            string // as read; demoteUS -1 for none

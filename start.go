@@ -298,10 +298,10 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 
 // claimBatch opens the starts of batch, of distinct elections that share
 // the tables, as open does each, in three statements for all of them: a
-// read of their records (read's, joined to the batch), their claims, each
-// a compare-and-set on its read that bumps its epoch row (claim's, in one
-// multi-table UPDATE joined to the claims), and a read of the records and
-// epoch rows, which tells whose claim landed and its token. It returns the
+// read of their records (readPredecessors), their claims, each a
+// compare-and-set on its read that bumps its epoch row (claimBatched), and
+// a read of the records and epoch rows, which tells whose claim landed and
+// its token (readLandings). It returns the
 // starts whose claims lost a race on the first try, to be tried again; on
 // the second they are ErrHeld, as open's are. Every other start is done
 // when it returns, or left to be opened alone: one whose election has no
@@ -327,48 +327,33 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, 
 	}()
 	tbl := batch[0].s.st.tbl
 	byLock := make(map[string]*opening, len(batch))
-	names := make([][]string, len(batch))
+	terms := make([]termStart, len(batch))
 	for i, o := range batch {
 		byLock[o.s.lock] = o
-		names[i] = []string{lockLiteral(o.s.lock), binLiteral(o.s.st.cfg.Identity)}
+		terms[i] = o.s
 	}
 	fail := func(starts []*opening, err error) {
 		for _, o := range starts {
 			o.err = err
 		}
 	}
-	// The read, as read's; the batch's identities decide whether a
-	// hand-over is pending to another candidate.
 	for _, o := range batch {
 		o.sent = o.since()
 	}
-	type read struct {
-		p           predecessor
-		lock        string
-		epochExists bool
-	}
-	sent := time.Now()
-	reads, err := collect(ctx, conn, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
-		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
-		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r read, err error) {
-		r.p.exists = true
-		return r, rows.Scan(append(r.p.fields(), &r.lock, &r.epochExists)...)
-	})
+	reads, err := readPredecessors(ctx, conn, terms)
 	if err != nil {
 		fail(batch, err)
 		return nil
 	}
-	recv := time.Now()
 	found := map[*opening]bool{}
 	for _, r := range reads {
 		o := byLock[r.lock]
-		o.s.st.vouch(&r.p.rec, reading{r.p.rec.nowUS, sent, recv})
 		o.p, found[o] = r.p, r.epochExists
 	}
 	var (
 		claims  []*opening
 		claimed = map[*opening]uint64{}
-		rows    [][]string
+		made    []batchClaim
 	)
 	for _, o := range batch {
 		if !found[o] {
@@ -379,25 +364,12 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, 
 			continue
 		}
 		claimed[o] = o.p.next()
-		v, row := o.s.values(o.p, claimed[o], o.delay), []string(nil)
-		for _, c := range v.columns() {
-			row = append(row, *c.value)
-		}
-		claims, rows = append(claims, o), append(rows, row)
+		claims, made = append(claims, o), append(made, batchClaim{o.s, o.p, claimed[o], o.delay})
 	}
 	if len(claims) == 0 {
 		return nil
 	}
-	var (
-		x    claimValues
-		cols []string
-	)
-	for _, c := range x.columns() {
-		*c.value, cols = "x."+c.name, append(cols, c.name)
-	}
-	s := claims[0].s
-	_, err = conn.ExecContext(ctx, s.set(x, "JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name JOIN "+derived(cols, rows)+" x ON x.lock_name = r.lock_name")+
-		", e.epoch = "+bumped("e.epoch", x.epoch)+s.unchanged(x))
+	err = claimBatched(ctx, conn, made)
 	if conflict(err) || serverError(err, 1205) { // lost to another transaction, or a lock wait timed out: nothing was claimed
 		for _, o := range claims {
 			o.alone = true
@@ -412,14 +384,7 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, 
 	for i, o := range claims {
 		locks[i] = o.s.lock
 	}
-	type landed struct {
-		lock                    string
-		session, claimed, token uint64
-	}
-	landings, err := collect(ctx, conn, tbl, "record", "SELECT r.lock_name, r.conn_id, r.epoch, e.epoch FROM `"+tbl.record+"` r "+
-		"JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name WHERE r.lock_name IN ("+literals(locks)+")", func(rows *sql.Rows) (l landed, err error) {
-		return l, rows.Scan(&l.lock, &l.session, &l.claimed, &l.token)
-	})
+	landings, err := readLandings(ctx, conn, tbl, locks)
 	if err != nil {
 		// The claims may have landed: give them up, as a start whose bump
 		// failed does, so that no one waits for them to go stale.
@@ -429,7 +394,7 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, 
 		fail(claims, err)
 		return nil
 	}
-	got := map[string]landed{}
+	got := map[string]landing{}
 	for _, l := range landings {
 		got[l.lock] = l
 	}
@@ -457,32 +422,4 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, 
 	}
 	fail(lost, ErrHeld)
 	return nil
-}
-
-// derived is a derived table of rows (SQL values) with columns cols, in
-// a syntax every server reads (a table value constructor's differs between
-// MariaDB and MySQL). Joined to a multi-table UPDATE as claimBatch does, it
-// runs on MariaDB, Galera and TiDB here; MySQL 8 allows it by its manual
-// ("UPDATE Statement": a multiple-table UPDATE may read a derived table
-// that does not read the updated tables; not tested here).
-func derived(cols []string, rows [][]string) string {
-	var b strings.Builder
-	b.WriteString("(")
-	for i, row := range rows {
-		if i > 0 {
-			b.WriteString(" UNION ALL ")
-		}
-		b.WriteString("SELECT ")
-		for j, v := range row {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(v)
-			if i == 0 {
-				b.WriteString(" AS " + cols[j])
-			}
-		}
-	}
-	b.WriteString(")")
-	return b.String()
 }
