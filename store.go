@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -547,4 +548,27 @@ func (s *store) endRecord(ctx context.Context, q querier, lock string, token uin
 	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
 	return err
+}
+
+// waitLock takes lock on session q, waiting up to wait.
+func waitLock(ctx context.Context, q querier, lock string, wait float64) (got sql.NullInt64, err error) {
+	err = q.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", lock, wait)).Scan(&got)
+	return got, err
+}
+
+// releaseLocks frees locks, held by session q.
+func releaseLocks(ctx context.Context, q querier, locks ...string) error {
+	args := make([]any, len(locks))
+	for i, l := range locks {
+		args[i] = l
+	}
+	_, err := q.ExecContext(ctx, text("DO "+strings.Repeat("RELEASE_LOCK(?), ", len(locks)-1)+"RELEASE_LOCK(?)", args...))
+	return err
+}
+
+// identityInUse is the error of a candidate whose candidate lock another
+// session holds, naming the statement that shows which.
+func identityInUse(lock, identity, election string) error {
+	return fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
+		ErrIdentityInUse, literal(candidateLock(lock, identity)), identity, election)
 }
