@@ -300,3 +300,75 @@ func (s *sharedSession) renewShared(ctx context.Context, conn *sql.Conn, batch [
 	}
 	return rows.Err()
 }
+
+// renewLeases renews the leases of batch, terms of share ls, through the
+// pool, and notes each outcome in results.
+func (ls *leaseShare) renewLeases(ctx context.Context, batch []*leaseHold, results map[string]error) error {
+	tbl, db := ls.key.tbl, ls.key.db
+	locks, epochs, ids := make([]string, len(batch)), make([]string, len(batch)), make([]string, len(batch))
+	for i, h := range batch {
+		locks[i], epochs[i], ids[i] = literal(h.lock), literal(h.token), literal(h.id)
+	}
+	// The records alone: the holders' candidate rows are stamped with the
+	// waiters' (read), so that no lock on a candidate row (another
+	// process's candidate joining, which deletes dead rows beside it) can
+	// hold a renewal up.
+	res, err := write(ctx, db, "UPDATE `"+tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6) WHERE r.state = "+literal(stateLeading)+
+		" AND NOT (r.demote_epoch <=> r.epoch) AND r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+
+		") AND r.conn_id IN ("+strings.Join(ids, ", ")+")")
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == int64(len(batch)) {
+		for _, h := range batch {
+			results[holdKey(h)] = nil
+		}
+		return nil
+	}
+	byLock := map[string][]*leaseHold{}
+	for _, h := range batch {
+		byLock[h.lock] = append(byLock[h.lock], h)
+		results[holdKey(h)] = fmt.Errorf("%w: the record names another term", ErrLockLost)
+	}
+	got, err := db.QueryContext(ctx, "SELECT r.lock_name, r.epoch, r.conn_id, r.state = "+literal(stateLeading)+", r.demote_epoch <=> r.epoch, r.handover_to "+
+		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
+	if err != nil {
+		return err
+	}
+	defer got.Close()
+	for got.Next() {
+		var (
+			lock             string
+			epoch, id        uint64
+			leading, demoted bool
+			handTo           sql.NullString
+		)
+		if err := got.Scan(&lock, &epoch, &id, &leading, &demoted, &handTo); err != nil {
+			return err
+		}
+		for _, h := range byLock[lock] {
+			switch {
+			case epoch != h.token || id != h.id || !leading:
+			case demoted:
+				results[holdKey(h)] = demotion(handTo)
+			default:
+				results[holdKey(h)] = nil // renewed: nothing that made it match can come back
+			}
+		}
+	}
+	return got.Err()
+}
+
+// beatCandidates stamps the candidate rows in t of identity in the
+// elections of locks, through the pool db, in one statement; it fails
+// unless it stamped one for each.
+func beatCandidates(ctx context.Context, db *sql.DB, t tables, identity string, locks []string) error {
+	res, err := write(ctx, db, text("UPDATE `"+t.candidate+"` SET seen_at = UTC_TIMESTAMP(6) WHERE identity = ? AND lock_name IN (", identity)+
+		literals(locks)+")")
+	if err == nil {
+		if n, err2 := res.RowsAffected(); err2 != nil || n != int64(len(locks)) {
+			err = fmt.Errorf("stamped %d of %d rows", n, len(locks))
+		}
+	}
+	return err
+}

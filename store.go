@@ -550,6 +550,11 @@ func (s *store) endRecord(ctx context.Context, q querier, lock string, token uin
 	return err
 }
 
+// recordsOf reads the records of the elections whose locks are locks.
+func recordsOf(ctx context.Context, q querier, t tables, locks []string) ([]Record, error) {
+	return readRecords(ctx, q, t, "WHERE r.lock_name IN ("+literals(locks)+")")
+}
+
 // waitLock takes lock on session q, waiting up to wait.
 func waitLock(ctx context.Context, q querier, lock string, wait float64) (got sql.NullInt64, err error) {
 	err = q.QueryRowContext(ctx, text("SELECT GET_LOCK(?, ?)", lock, wait)).Scan(&got)
