@@ -310,7 +310,7 @@ func (ls *leaseShare) renewLeases(ctx context.Context, batch []*leaseHold, resul
 		locks[i], epochs[i], ids[i] = literal(h.lock), literal(h.token), literal(h.id)
 	}
 	// The records alone: the holders' candidate rows are stamped with the
-	// waiters' (read), so that no lock on a candidate row (another
+	// waiters' (poll), so that no lock on a candidate row (another
 	// process's candidate joining, which deletes dead rows beside it) can
 	// hold a renewal up.
 	res, err := write(ctx, db, "UPDATE `"+tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6) WHERE r.state = "+literal(stateLeading)+

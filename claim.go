@@ -246,7 +246,7 @@ func (s termStart) unchanged(v claimValues) string {
 func (s termStart) bump(ctx context.Context, q querier, claimed uint64) (uint64, error) {
 	token, err := s.bumpEpoch(ctx, q, claimed)
 	if err != nil {
-		s.unclaim(ctx, q, claimed)
+		s.endClaim(ctx, q, claimed)
 	}
 	return token, err
 }
@@ -300,10 +300,10 @@ func (s termStart) follow(ctx context.Context, q querier, claimed, token uint64)
 	return token, nil
 }
 
-// unclaim gives up a claim whose term did not start (its bump failed), so
-// that the next candidate need not wait for it to go stale; nothing was
-// handed out under it. Best effort: the session may be gone.
-func (s termStart) unclaim(ctx context.Context, q querier, claimed uint64) {
+// endClaim records a claim whose term did not start (its bump failed) as
+// lost, so that the next candidate need not wait for it to go stale;
+// nothing was handed out under it. Best effort: the session may be gone.
+func (s termStart) endClaim(ctx context.Context, q querier, claimed uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.st.cfg.Interval)
 	defer cancel()
 	s.st.endRecord(ctx, q, s.lock, claimed, ending{why: stateLost, at: time.Now()}, text(" AND conn_id = ?", s.session))

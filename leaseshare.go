@@ -68,21 +68,21 @@ func (ls *leaseShare) run(beatEvery, limit time.Duration) {
 		case <-ls.stop:
 			return
 		case <-renew.C:
-			ls.renew(limit)
+			ls.renewAll(limit)
 		case <-read.C:
-			ls.read(beatEvery, limit)
+			ls.poll(beatEvery, limit)
 		}
 	}
 }
 
-// renew renews, in a statement per lockBatch, the leases of every term its
+// renewAll renews, in a statement per lockBatch, the leases of every term its
 // candidates hold: the statement matches a record only while it names the
 // term (its election, epoch and
 // candidate id; ids are drawn at random per candidate, so one names the
 // election and the term it holds) in state leading, with no demotion
 // pending. A read of a batch's records follows only when fewer matched
 // than were named, to tell which did not and why.
-func (ls *leaseShare) renew(limit time.Duration) {
+func (ls *leaseShare) renewAll(limit time.Duration) {
 	ls.mu.Lock()
 	r := ls.next
 	ls.next = &renewal{done: make(chan struct{})}
@@ -109,11 +109,11 @@ func (ls *leaseShare) renew(limit time.Duration) {
 	}
 }
 
-// read reads, in a statement per lockBatch, the records of the elections
+// poll reads, in a statement per lockBatch, the records of the elections
 // its candidates wait for, and hands each its record; and stamps, in a
 // statement per identity, the rows of those candidates, waiting or
 // leading, whose heartbeat is due.
-func (ls *leaseShare) read(beatEvery, limit time.Duration) {
+func (ls *leaseShare) poll(beatEvery, limit time.Duration) {
 	ls.mu.Lock()
 	var holds, all []*leaseHold
 	for h := range ls.waiting {

@@ -203,10 +203,10 @@ type sharedCandidate struct {
 	skip    time.Time // no try before then (a pending hand-over to another)
 }
 
-// join adds a candidate of election lock to a shared session that has none
-// of that election, opening one if need be, and takes its candidate lock
-// and writes its row there.
-func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, lock string) (*sharedCandidate, error) {
+// joinSession adds a candidate of election lock to a shared session that
+// has none of that election, opening one if need be, and takes its
+// candidate lock and writes its row there.
+func (sh *sessionShare) joinSession(ctx context.Context, st *store, log *slog.Logger, lock string) (*sharedCandidate, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, st.cfg.Lease+st.cfg.Margin, errJoinTimeout)
 	defer cancel()
 	m := &sharedCandidate{st: st, log: log, lock: lock, won: make(chan time.Time, 1), entered: make(chan error, 1)}
@@ -226,7 +226,7 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	}
 	sh.mu.Unlock()
 	if m.s == nil {
-		s, err := sh.open(ctx, st, m)
+		s, err := sh.openSession(ctx, st, m)
 		if err != nil {
 			sh.opening.Unlock()
 			sh.done()
@@ -236,15 +236,15 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	}
 	sh.opening.Unlock()
 	if err := m.enter(ctx); err != nil {
-		m.leave()
+		m.leaveSession()
 		return nil, err
 	}
 	return m, nil
 }
 
-// open opens a shared session with m as its first candidate, and starts
-// its loop.
-func (sh *sessionShare) open(ctx context.Context, st *store, m *sharedCandidate) (*sharedSession, error) {
+// openSession opens a shared session with m as its first candidate, and
+// starts its loop.
+func (sh *sessionShare) openSession(ctx context.Context, st *store, m *sharedCandidate) (*sharedSession, error) {
 	conn, err := st.db.Conn(ctx)
 	if err != nil {
 		return nil, during("opening a session", refusal(err))
@@ -503,7 +503,7 @@ func (s *sharedSession) run() {
 	renewing := make(chan struct{})
 	go func() {
 		defer close(renewing)
-		s.every(s.sh.key.interval, s.renew)
+		s.every(s.sh.key.interval, s.renewAll)
 	}()
 	defer func() { <-renewing }()
 	poll := time.NewTicker(s.sh.key.checkPeriod)
@@ -534,8 +534,8 @@ func (s *sharedSession) every(period time.Duration, f func()) {
 	}
 }
 
-// candidates returns the session's candidates that pass keep.
-func (s *sharedSession) candidates(keep func(m *sharedCandidate) bool) []*sharedCandidate {
+// membersWhere returns the session's candidates that pass keep.
+func (s *sharedSession) membersWhere(keep func(m *sharedCandidate) bool) []*sharedCandidate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ms []*sharedCandidate
@@ -554,7 +554,7 @@ func (s *sharedSession) candidates(keep func(m *sharedCandidate) bool) []*shared
 // yet are tried in a statement of their own.
 func (s *sharedSession) poll() {
 	now := time.Now()
-	waiting := s.candidates(func(m *sharedCandidate) bool { return m.waiting && now.After(m.skip) })
+	waiting := s.membersWhere(func(m *sharedCandidate) bool { return m.waiting && now.After(m.skip) })
 	if len(waiting) == 0 {
 		return
 	}
@@ -637,7 +637,7 @@ func (s *sharedSession) poll() {
 // hand gives each lock the poll took, in a statement sent at sent, to its
 // candidate, and frees those whose candidate is leaving, on conn, before
 // the session serves anyone else: a candidate that starts to leave later
-// frees its lock itself (leave).
+// frees its lock itself (leaveSession).
 func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*sharedCandidate, sent time.Time) error {
 	var orphans []string
 	s.mu.Lock()
@@ -660,11 +660,11 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 	return nil
 }
 
-// renew renews the terms of every candidate that leads on this session,
+// renewAll renews the terms of every candidate that leads on this session,
 // as pinned.renew does for one, in one statement per lockBatch of them. A
 // read of a batch's terms follows only when some did not match, to tell
 // which and why.
-func (s *sharedSession) renew() {
+func (s *sharedSession) renewAll() {
 	s.mu.Lock()
 	r := s.next
 	s.next = &renewal{done: make(chan struct{})}
@@ -698,7 +698,7 @@ func (s *sharedSession) renew() {
 // election and opened a term: the poll takes the lock, the candidate
 // starts the term on the session. With try, it tries the lock once, now.
 func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, try bool) (won, error) {
-	m, err := sh.join(ctx, g.st, g.log, lock)
+	m, err := sh.joinSession(ctx, g.st, g.log, lock)
 	if err != nil {
 		return won{}, err
 	}
@@ -711,11 +711,11 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 				got, err = waitLock(ctx, conn, lock, 0)
 				return err
 			}); err != nil {
-				m.leave()
+				m.leaveSession()
 				return won{}, err
 			}
 			if got.Int64 != 1 {
-				m.leave()
+				m.leaveSession()
 				return won{}, ErrHeld
 			}
 		} else {
@@ -725,10 +725,10 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 			select {
 			case sent = <-m.won:
 			case <-m.s.lost:
-				m.leave()
+				m.leaveSession()
 				return won{}, m.s.err
 			case <-ctx.Done():
-				m.leave()
+				m.leaveSession()
 				return won{}, ctx.Err()
 			}
 		}
@@ -740,7 +740,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 			if errors.Is(err, errYield) {
 				err = ErrHeld
 			}
-			m.leave()
+			m.leaveSession()
 			return won{}, err
 		}
 		// A hand-over to another candidate is pending: give the lock back,
@@ -748,7 +748,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 		if err := m.s.do(func(ctx context.Context, conn *sql.Conn) error {
 			return releaseLocks(ctx, conn, lock)
 		}); err != nil {
-			m.leave()
+			m.leaveSession()
 			return won{}, err
 		}
 		m.s.mu.Lock()
@@ -767,7 +767,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 // the session ends), and the claim, which stamps the record, was sent
 // after it, so the lease ends before the record goes stale.
 func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, predecessor, error) {
-	o, err := m.s.sh.starts.open(ctx, termStart{m.st, m.lock, m.s.id}, func() time.Time {
+	o, err := m.s.sh.starts.startBatched(ctx, termStart{m.st, m.lock, m.s.id}, func() time.Time {
 		m.s.mu.Lock()
 		defer m.s.mu.Unlock()
 		return m.s.alive
@@ -782,9 +782,9 @@ func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, 
 	return o.sent, o.delay, o.p, nil
 }
 
-// leave gives up the candidate's locks on the session and removes it; the
-// last candidate to leave closes the session.
-func (m *sharedCandidate) leave() {
+// leaveSession gives up the candidate's locks on the session and removes
+// it; the last candidate to leave closes the session.
+func (m *sharedCandidate) leaveSession() {
 	s := m.s
 	s.mu.Lock()
 	m.left = true
@@ -871,5 +871,5 @@ func (m *sharedCandidate) stopRenewing() {
 // close leaves the shared session: the next campaign joins again.
 func (m *sharedCandidate) close() {
 	m.stopRenewing()
-	m.leave()
+	m.leaveSession()
 }

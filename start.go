@@ -198,8 +198,8 @@ const (
 	startBytes = 1 << 20
 )
 
-// open opens s's term as termStart.open does, in a batch with the others
-// queued, and returns its outcome (an empty one with an error when ctx
+// startBatched opens s's term as termStart.open does, in a batch with the
+// others queued, and returns its outcome (an empty one with an error when ctx
 // ended before a batch took it). A start taken into a batch is waited
 // for, even after ctx ends: the batch is bounded by the starter's limit,
 // and a term it started is the caller's to end. One the batch leaves alone
@@ -208,7 +208,7 @@ const (
 //
 // The term's lease counts from since, taken just before the read the term
 // follows (opening.sent), or from that moment if since is nil.
-func (b *starter) open(ctx context.Context, s termStart, since func() time.Time) (*opening, error) {
+func (b *starter) startBatched(ctx context.Context, s termStart, since func() time.Time) (*opening, error) {
 	if since == nil {
 		since = time.Now
 	}
@@ -389,7 +389,7 @@ func claimBatch(ctx context.Context, conn *sql.Conn, batch []*opening, try int, 
 		// The claims may have landed: give them up, as a start whose bump
 		// failed does, so that no one waits for them to go stale.
 		for _, o := range claims {
-			o.s.unclaim(ctx, conn, claimed[o])
+			o.s.endClaim(ctx, conn, claimed[o])
 		}
 		fail(claims, err)
 		return nil
