@@ -18,127 +18,6 @@ import (
 	"time"
 )
 
-// batchRead is a predecessor read in a batch (readPredecessors): of the
-// election of lock, which has an epoch row if epochExists.
-type batchRead struct {
-	p           predecessor
-	lock        string
-	epochExists bool
-}
-
-// readPredecessors reads on conn, in one statement, the last terms of the
-// elections of starts (distinct ones that share the tables), as read does
-// each, and vouches for each read; an election without a record has no
-// row. The starts' identities decide whether a hand-over is pending to
-// another candidate.
-func readPredecessors(ctx context.Context, conn *sql.Conn, starts []termStart) ([]batchRead, error) {
-	tbl := starts[0].st.tbl
-	byLock := make(map[string]termStart, len(starts))
-	names := make([][]string, len(starts))
-	for i, s := range starts {
-		byLock[s.lock] = s
-		names[i] = []string{lockLiteral(s.lock), binLiteral(s.st.cfg.Identity)}
-	}
-	sent := time.Now()
-	reads, err := collect(ctx, conn, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
-		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
-		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r batchRead, err error) {
-		r.p.exists = true
-		return r, rows.Scan(append(r.p.fields(), &r.lock, &r.epochExists)...)
-	})
-	if err != nil {
-		return nil, err
-	}
-	recv := time.Now()
-	for i := range reads {
-		r := &reads[i]
-		byLock[r.lock].st.vouch(&r.p.rec, reading{r.p.rec.nowUS, sent, recv})
-	}
-	return reads, nil
-}
-
-// batchClaim is a claim in a batch (claimBatched): the start s's, after p
-// at claimed, with the lock-delay delay.
-type batchClaim struct {
-	s       termStart
-	p       predecessor
-	claimed uint64
-	delay   time.Duration
-}
-
-// claimBatched makes claims on conn, of distinct elections that share the
-// tables, each a compare-and-set on its read that bumps its epoch row, as
-// claim's are, in one multi-table UPDATE joined to the claims. It returns
-// the server's error as it is, for the caller to tell a lost race from a
-// failure.
-func claimBatched(ctx context.Context, conn *sql.Conn, claims []batchClaim) error {
-	rows := make([][]string, len(claims))
-	for i, c := range claims {
-		v := c.s.values(c.p, c.claimed, c.delay)
-		for _, col := range v.columns() {
-			rows[i] = append(rows[i], *col.value)
-		}
-	}
-	var (
-		x    claimValues
-		cols []string
-	)
-	for _, c := range x.columns() {
-		*c.value, cols = "x."+c.name, append(cols, c.name)
-	}
-	s := claims[0].s
-	tbl := s.st.tbl
-	_, err := conn.ExecContext(ctx, s.set(x, "JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name JOIN "+derived(cols, rows)+" x ON x.lock_name = r.lock_name")+
-		", e.epoch = "+bumped("e.epoch", x.epoch)+s.unchanged(x))
-	return err
-}
-
-// landing is a record as a batch's claims left it (readLandings): the
-// election of lock, its record naming session at epoch claimed, and its
-// epoch row at token.
-type landing struct {
-	lock                    string
-	session, claimed, token uint64
-}
-
-// readLandings reads on conn, in one statement, the records of the
-// elections of locks and their epoch rows, which tell whose claim landed
-// and its token.
-func readLandings(ctx context.Context, conn *sql.Conn, tbl tables, locks []string) ([]landing, error) {
-	return collect(ctx, conn, tbl, "record", "SELECT r.lock_name, r.conn_id, r.epoch, e.epoch FROM `"+tbl.record+"` r "+
-		"JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name WHERE r.lock_name IN ("+literals(locks)+")", func(rows *sql.Rows) (l landing, err error) {
-		return l, rows.Scan(&l.lock, &l.session, &l.claimed, &l.token)
-	})
-}
-
-// derived is a derived table of rows (SQL values) with columns cols, in
-// a syntax every server reads (a table value constructor's differs between
-// MariaDB and MySQL). Joined to a multi-table UPDATE as claimBatched does, it
-// runs on MariaDB, Galera and TiDB here; MySQL 8 allows it by its manual
-// ("UPDATE Statement": a multiple-table UPDATE may read a derived table
-// that does not read the updated tables; not tested here).
-func derived(cols []string, rows [][]string) string {
-	var b strings.Builder
-	b.WriteString("(")
-	for i, row := range rows {
-		if i > 0 {
-			b.WriteString(" UNION ALL ")
-		}
-		b.WriteString("SELECT ")
-		for j, v := range row {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(v)
-			if i == 0 {
-				b.WriteString(" AS " + cols[j])
-			}
-		}
-	}
-	b.WriteString(")")
-	return b.String()
-}
-
 // setUpSession readies session q to hold locks for candidates, with the
 // wait_timeout w (platform.sessionSetup).
 func setUpSession(ctx context.Context, q querier, server platform, w int64) error {
@@ -151,19 +30,6 @@ func setUpSession(ctx context.Context, q querier, server platform, w int64) erro
 func sessionID(ctx context.Context, q querier) (id uint64, err error) {
 	err = q.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)
 	return id, err
-}
-
-// releaseHeld frees lock, held by session q, and fails if q did not hold
-// it.
-func releaseHeld(ctx context.Context, q querier, lock string) error {
-	var released sql.NullInt64
-	if err := q.QueryRowContext(ctx, text("SELECT RELEASE_LOCK(?)", lock)).Scan(&released); err != nil {
-		return err
-	}
-	if released.Int64 != 1 {
-		return errors.New("RELEASE_LOCK: this session did not hold the lock")
-	}
-	return nil
 }
 
 // tryLock tries the lock named by the SQL expression name, unless a
@@ -301,6 +167,19 @@ func (s *sharedSession) renewShared(ctx context.Context, conn *sql.Conn, batch [
 	return rows.Err()
 }
 
+// releaseHeld frees lock, held by session q, and fails if q did not hold
+// it.
+func releaseHeld(ctx context.Context, q querier, lock string) error {
+	var released sql.NullInt64
+	if err := q.QueryRowContext(ctx, text("SELECT RELEASE_LOCK(?)", lock)).Scan(&released); err != nil {
+		return err
+	}
+	if released.Int64 != 1 {
+		return errors.New("RELEASE_LOCK: this session did not hold the lock")
+	}
+	return nil
+}
+
 // renewLeases renews the leases of batch, terms of share ls, through the
 // pool, and notes each outcome in results.
 func (ls *leaseShare) renewLeases(ctx context.Context, batch []*leaseHold, results map[string]error) error {
@@ -371,4 +250,125 @@ func beatCandidates(ctx context.Context, db *sql.DB, t tables, identity string, 
 		}
 	}
 	return err
+}
+
+// batchRead is a predecessor read in a batch (readPredecessors): of the
+// election of lock, which has an epoch row if epochExists.
+type batchRead struct {
+	p           predecessor
+	lock        string
+	epochExists bool
+}
+
+// readPredecessors reads on conn, in one statement, the last terms of the
+// elections of starts (distinct ones that share the tables), as read does
+// each, and vouches for each read; an election without a record has no
+// row. The starts' identities decide whether a hand-over is pending to
+// another candidate.
+func readPredecessors(ctx context.Context, conn *sql.Conn, starts []termStart) ([]batchRead, error) {
+	tbl := starts[0].st.tbl
+	byLock := make(map[string]termStart, len(starts))
+	names := make([][]string, len(starts))
+	for i, s := range starts {
+		byLock[s.lock] = s
+		names[i] = []string{lockLiteral(s.lock), binLiteral(s.st.cfg.Identity)}
+	}
+	sent := time.Now()
+	reads, err := collect(ctx, conn, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
+		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
+		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r batchRead, err error) {
+		r.p.exists = true
+		return r, rows.Scan(append(r.p.fields(), &r.lock, &r.epochExists)...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	recv := time.Now()
+	for i := range reads {
+		r := &reads[i]
+		byLock[r.lock].st.vouch(&r.p.rec, reading{r.p.rec.nowUS, sent, recv})
+	}
+	return reads, nil
+}
+
+// batchClaim is a claim in a batch (claimBatched): the start s's, after p
+// at claimed, with the lock-delay delay.
+type batchClaim struct {
+	s       termStart
+	p       predecessor
+	claimed uint64
+	delay   time.Duration
+}
+
+// claimBatched makes claims on conn, of distinct elections that share the
+// tables, each a compare-and-set on its read that bumps its epoch row, as
+// claim's are, in one multi-table UPDATE joined to the claims. It returns
+// the server's error as it is, for the caller to tell a lost race from a
+// failure.
+func claimBatched(ctx context.Context, conn *sql.Conn, claims []batchClaim) error {
+	rows := make([][]string, len(claims))
+	for i, c := range claims {
+		v := c.s.values(c.p, c.claimed, c.delay)
+		for _, col := range v.columns() {
+			rows[i] = append(rows[i], *col.value)
+		}
+	}
+	var (
+		x    claimValues
+		cols []string
+	)
+	for _, c := range x.columns() {
+		*c.value, cols = "x."+c.name, append(cols, c.name)
+	}
+	s := claims[0].s
+	tbl := s.st.tbl
+	_, err := conn.ExecContext(ctx, s.set(x, "JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name JOIN "+derived(cols, rows)+" x ON x.lock_name = r.lock_name")+
+		", e.epoch = "+bumped("e.epoch", x.epoch)+s.unchanged(x))
+	return err
+}
+
+// landing is a record as a batch's claims left it (readLandings): the
+// election of lock, its record naming session at epoch claimed, and its
+// epoch row at token.
+type landing struct {
+	lock                    string
+	session, claimed, token uint64
+}
+
+// readLandings reads on conn, in one statement, the records of the
+// elections of locks and their epoch rows, which tell whose claim landed
+// and its token.
+func readLandings(ctx context.Context, conn *sql.Conn, tbl tables, locks []string) ([]landing, error) {
+	return collect(ctx, conn, tbl, "record", "SELECT r.lock_name, r.conn_id, r.epoch, e.epoch FROM `"+tbl.record+"` r "+
+		"JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name WHERE r.lock_name IN ("+literals(locks)+")", func(rows *sql.Rows) (l landing, err error) {
+		return l, rows.Scan(&l.lock, &l.session, &l.claimed, &l.token)
+	})
+}
+
+// derived is a derived table of rows (SQL values) with columns cols, in
+// a syntax every server reads (a table value constructor's differs between
+// MariaDB and MySQL). Joined to a multi-table UPDATE as claimBatched does, it
+// runs on MariaDB, Galera and TiDB here; MySQL 8 allows it by its manual
+// ("UPDATE Statement": a multiple-table UPDATE may read a derived table
+// that does not read the updated tables; not tested here).
+func derived(cols []string, rows [][]string) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for i, row := range rows {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString("SELECT ")
+		for j, v := range row {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(v)
+			if i == 0 {
+				b.WriteString(" AS " + cols[j])
+			}
+		}
+	}
+	b.WriteString(")")
+	return b.String()
 }
