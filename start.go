@@ -199,8 +199,8 @@ const (
 )
 
 // startBatched opens s's term as termStart.open does, in a batch with the
-// others queued, and returns its outcome (an empty one with an error when ctx
-// ended before a batch took it). A start taken into a batch is waited
+// others queued, and returns its outcome (an empty one with an error when
+// ctx ended before a batch took it). A start taken into a batch is waited
 // for, even after ctx ends: the batch is bounded by the starter's limit,
 // and a term it started is the caller's to end. One the batch leaves alone
 // is opened alone, a few at a time, as before batches: a thousand first
@@ -301,9 +301,9 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 // read of their records (readPredecessors), their claims, each a
 // compare-and-set on its read that bumps its epoch row (claimBatched), and
 // a read of the records and epoch rows, which tells whose claim landed and
-// its token (readLandings). It returns the
-// starts whose claims lost a race on the first try, to be tried again; on
-// the second they are ErrHeld, as open's are. Every other start is done
+// its token (readLandings). It returns the starts whose claims lost a race
+// on the first try, to be tried again; on the second they are ErrHeld, as
+// open's are. Every other start is done
 // when it returns, or left to be opened alone: one whose election has no
 // record yet, or no epoch row, and every claim of a batch whose UPDATE
 // lost to another transaction or waited too long for a row (a leader
