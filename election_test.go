@@ -728,7 +728,7 @@ func TestFirstUseIsBounded(t *testing.T) {
 // Campaign(context.Background()) gives up by itself with an error that
 // names the step, and once the network is back Run leads. The steps are
 // the statements of store.prepare, getLock.pin, presence.join and
-// termStart.open (a lease's first read is its batch's, claimBatch), in the
+// termStart.readAndClaim (a lease's first read is its batch's, claimBatch), in the
 // order a first campaign sends them; the lock
 // waits of GetLock are not among them (see docs/protocol.md, "Campaign",
 // step 1).

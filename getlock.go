@@ -105,13 +105,20 @@ type pinned struct {
 	watch  time.Duration // the deputy's next wait for the election's lock
 	// looked is the deputy's last look at the leader, taken at lookedAt
 	// (zero: none to start on), for a term start in one statement
-	// (termStart.openOn).
+	// (termStart.claimOnLook).
 	looked   predecessor
 	lookedAt time.Time
 	seen     leaderSeen
 	token    uint64
 	row      presence
 	share    *sessionShare // counts the session as its own, once the term began
+}
+
+// identityInUse is the error of a candidate whose candidate lock another
+// session holds, naming the statement that shows which.
+func identityInUse(lock, identity, election string) error {
+	return fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
+		ErrIdentityInUse, literal(candidateLock(lock, identity)), identity, election)
 }
 
 // deputyLock is the lock whose holder watches the leader for the waiters.
@@ -123,8 +130,8 @@ func deputyLock(lock string) string { return lock + "/deputy" }
 // shared session (shared.go).
 func (g *getLock) acquire(ctx context.Context, lock string, try bool) (won, error) {
 	sh := shareOf(g.st)
-	if !sh.takeOwn(g.st.cfg.OwnSession, g.st.shard) {
-		return sh.acquire(ctx, g, lock, try)
+	if !sh.takeOwn(g.st.cfg.OwnSession, g.st.shard, g.log) {
+		return sh.acquireShared(ctx, g, lock, try)
 	}
 	w, err := g.acquireOwn(ctx, lock, try)
 	if err != nil {
@@ -194,7 +201,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	s := &pinned{g: g, conn: conn, lock: lock, row: presence{st: g.st, lock: lock, session: SessionOwn}}
 	// A queued candidate waits up to queueWait in one statement, which no
 	// statement time limit may cut (see platform.sessionSetup).
-	if _, err := conn.ExecContext(ctx, g.server.sessionSetup(cfg.waitTimeout())); err != nil {
+	if err := setUpSession(ctx, conn, g.server, cfg.waitTimeout()); err != nil {
 		s.close()
 		return nil, during("setting up the session", refusal(err))
 	}
@@ -209,8 +216,7 @@ func (g *getLock) pin(ctx context.Context, lock string) (*pinned, error) {
 	s.id = id
 	if got.Int64 != 1 {
 		s.close()
-		return nil, fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
-			ErrIdentityInUse, literal(candidateLock(lock, cfg.Identity)), cfg.Identity, g.st.name)
+		return nil, identityInUse(lock, cfg.Identity, g.st.name)
 	}
 	if err := s.row.join(ctx, conn); err != nil {
 		s.close()
@@ -347,7 +353,7 @@ func watchFor(rec Record, cfg Config) time.Duration {
 
 // startTerm opens the term on the pinned session: in one statement on the
 // deputy's last look at the leader where that still holds (see
-// termStart.openOn), else in two; see termStart.open. GET_LOCK is held, so
+// termStart.claimOnLook), else in two; see termStart.readAndClaim. GET_LOCK is held, so
 // the election is always free to take.
 func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, error) {
 	// Bounded as a lease's try is: the lock is won, but a start sent into a
@@ -357,7 +363,7 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, err
 	start := termStart{s.g.st, s.lock, s.id}
 	if looked := s.lookedAt; !looked.IsZero() {
 		s.lookedAt = time.Time{}
-		token, p, err := start.openOn(ctx, s.conn, s.looked, time.Since(looked))
+		token, p, err := start.claimOnLook(ctx, s.conn, s.looked, time.Since(looked))
 		if err == nil {
 			s.token = token
 			return 0, p, nil
@@ -366,7 +372,7 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, err
 			return 0, p, err
 		}
 	}
-	token, delay, p, err := start.open(ctx, s.conn)
+	token, delay, p, err := start.readAndClaim(ctx, s.conn)
 	if err != nil {
 		return 0, p, err
 	}

@@ -41,10 +41,10 @@ type leaseHold struct {
 // then whenever the read of the process's share (leaseShare.awaitFree, one
 // statement per CheckInterval for all its waiting candidates) shows the
 // lease may be free. A try is a read of the record, and the claim and the
-// bump (termStart.open) only when it is free.
+// bump (termStart.readAndClaim) only when it is free.
 func (l *leaseRow) acquire(ctx context.Context, lock string, try bool) (won, error) {
 	share := leaseShareOf(l.st)
-	h := &leaseHold{st: l.st, share: share, lock: lock, id: l.id, row: presence{st: l.st, lock: lock}}
+	h := &leaseHold{st: l.st, share: share, lock: lock, id: l.id, row: presence{st: l.st, lock: lock, session: SessionPool}}
 	w, err := l.win(ctx, h, try)
 	if err != nil {
 		share.done()
@@ -133,7 +133,7 @@ func (l *leaseRow) watchOnce(ctx context.Context, h *leaseHold, rec Record) (won
 // While the lease is held that is one plain read (termStart.read):
 // waiters take no row locks.
 func (h *leaseHold) take(ctx context.Context) (*opening, error) {
-	o, err := h.share.starts.open(ctx, termStart{h.st, h.lock, h.id}, nil)
+	o, err := h.share.starts.startBatched(ctx, termStart{h.st, h.lock, h.id}, nil)
 	if err == nil {
 		h.token = o.token
 	}
@@ -148,7 +148,7 @@ func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor)
 	})
 }
 
-// renew extends the lease in the share's next renewal (leaseShare.renew).
+// renew extends the lease in the share's next renewal (leaseShare.renewAll).
 // It fails only when the record names another term or asks this one to
 // step down; a failed statement is transient, retried until the local
 // lease runs out.

@@ -2,11 +2,9 @@ package election
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 )
@@ -16,7 +14,7 @@ import (
 // Interval one statement renews every lease its candidates hold, and every
 // CheckInterval one statement reads the records of every election its
 // candidates wait for, and one stamps the rows of those whose heartbeat is
-// due. A waiting candidate tries the lease itself (termStart.open) only when
+// due. A waiting candidate tries the lease itself (termStart.readAndClaim) only when
 // the read shows it may be free. See docs/protocol.md, "Shared sessions".
 type leaseShare struct {
 	key    shareKey
@@ -70,21 +68,21 @@ func (ls *leaseShare) run(beatEvery, limit time.Duration) {
 		case <-ls.stop:
 			return
 		case <-renew.C:
-			ls.renew(limit)
+			ls.renewAll(limit)
 		case <-read.C:
-			ls.read(beatEvery, limit)
+			ls.poll(beatEvery, limit)
 		}
 	}
 }
 
-// renew renews, in a statement per lockBatch, the leases of every term its
+// renewAll renews, in a statement per lockBatch, the leases of every term its
 // candidates hold: the statement matches a record only while it names the
 // term (its election, epoch and
 // candidate id; ids are drawn at random per candidate, so one names the
 // election and the term it holds) in state leading, with no demotion
 // pending. A read of a batch's records follows only when fewer matched
 // than were named, to tell which did not and why.
-func (ls *leaseShare) renew(limit time.Duration) {
+func (ls *leaseShare) renewAll(limit time.Duration) {
 	ls.mu.Lock()
 	r := ls.next
 	ls.next = &renewal{done: make(chan struct{})}
@@ -100,7 +98,7 @@ func (ls *leaseShare) renew(limit time.Duration) {
 	for len(holds) > 0 {
 		batch := holds[:min(len(holds), lockBatch)]
 		holds = holds[len(batch):]
-		if err := ls.renewBatch(ctx, batch, r.results); err != nil {
+		if err := ls.renewLeases(ctx, batch, r.results); err != nil {
 			if !errors.Is(err, ErrSessionLost) { // a read-only server ends the terms at once (refusal)
 				err = fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
 			}
@@ -111,67 +109,11 @@ func (ls *leaseShare) renew(limit time.Duration) {
 	}
 }
 
-func (ls *leaseShare) renewBatch(ctx context.Context, batch []*leaseHold, results map[string]error) error {
-	tbl, db := ls.key.tbl, ls.key.db
-	locks, epochs, ids := make([]string, len(batch)), make([]string, len(batch)), make([]string, len(batch))
-	for i, h := range batch {
-		locks[i], epochs[i], ids[i] = literal(h.lock), literal(h.token), literal(h.id)
-	}
-	// The records alone: the holders' candidate rows are stamped with the
-	// waiters' (read), so that no lock on a candidate row (another
-	// process's candidate joining, which deletes dead rows beside it) can
-	// hold a renewal up.
-	res, err := write(ctx, db, "UPDATE `"+tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6) WHERE r.state = "+literal(stateLeading)+
-		" AND NOT (r.demote_epoch <=> r.epoch) AND r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+
-		") AND r.conn_id IN ("+strings.Join(ids, ", ")+")")
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err == nil && n == int64(len(batch)) {
-		for _, h := range batch {
-			results[holdKey(h)] = nil
-		}
-		return nil
-	}
-	byLock := map[string][]*leaseHold{}
-	for _, h := range batch {
-		byLock[h.lock] = append(byLock[h.lock], h)
-		results[holdKey(h)] = fmt.Errorf("%w: the record names another term", ErrLockLost)
-	}
-	got, err := db.QueryContext(ctx, "SELECT r.lock_name, r.epoch, r.conn_id, r.state = "+literal(stateLeading)+", r.demote_epoch <=> r.epoch, r.handover_to "+
-		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
-	if err != nil {
-		return err
-	}
-	defer got.Close()
-	for got.Next() {
-		var (
-			lock             string
-			epoch, id        uint64
-			leading, demoted bool
-			handTo           sql.NullString
-		)
-		if err := got.Scan(&lock, &epoch, &id, &leading, &demoted, &handTo); err != nil {
-			return err
-		}
-		for _, h := range byLock[lock] {
-			switch {
-			case epoch != h.token || id != h.id || !leading:
-			case demoted:
-				results[holdKey(h)] = demotion(handTo)
-			default:
-				results[holdKey(h)] = nil // renewed: nothing that made it match can come back
-			}
-		}
-	}
-	return got.Err()
-}
-
-// read reads, in a statement per lockBatch, the records of the elections
+// poll reads, in a statement per lockBatch, the records of the elections
 // its candidates wait for, and hands each its record; and stamps, in a
 // statement per identity, the rows of those candidates, waiting or
 // leading, whose heartbeat is due.
-func (ls *leaseShare) read(beatEvery, limit time.Duration) {
+func (ls *leaseShare) poll(beatEvery, limit time.Duration) {
 	ls.mu.Lock()
 	var holds, all []*leaseHold
 	for h := range ls.waiting {
@@ -191,7 +133,7 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 		rest = rest[len(batch):]
 		locks := make([]string, len(batch))
 		for i, h := range batch {
-			locks[i] = literal(h.lock)
+			locks[i] = h.lock
 		}
 		// A read takes no lock, so nothing but a server that stopped or was
 		// cut off holds it past a lease: given up then, its session is
@@ -199,7 +141,7 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 		// promoted replica, in an unplanned failover).
 		readCtx, cancelRead := context.WithTimeout(ctx, ls.key.lease)
 		sent := time.Now()
-		rs, err := readRecords(readCtx, ls.key.db, ls.key.tbl, "WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
+		rs, err := recordsOf(readCtx, ls.key.db, ls.key.tbl, locks)
 		cancelRead()
 		if err != nil {
 			return // the candidates wait for the next read; their own tries are bounded
@@ -222,15 +164,9 @@ func (ls *leaseShare) read(beatEvery, limit time.Duration) {
 	for identity, hs := range due {
 		locks := make([]string, len(hs))
 		for i, h := range hs {
-			locks[i] = literal(h.lock)
+			locks[i] = h.lock
 		}
-		res, err := write(ctx, ls.key.db, text("UPDATE `"+ls.key.tbl.candidate+"` SET seen_at = UTC_TIMESTAMP(6) WHERE identity = ? AND lock_name IN (", identity)+
-			strings.Join(locks, ", ")+")")
-		if err == nil {
-			if n, err2 := res.RowsAffected(); err2 != nil || n != int64(len(hs)) {
-				err = fmt.Errorf("stamped %d of %d rows", n, len(hs))
-			}
-		}
+		err := beatCandidates(ctx, ls.key.db, ls.key.tbl, identity, locks)
 		for _, h := range hs {
 			if err != nil {
 				h.row.beat(ctx, ls.key.db) // a row gone, or the statement refused: each writes its own

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -117,6 +116,7 @@ type sessionShare struct {
 
 	mu       sync.Mutex       // held for no I/O
 	own      int              // candidates with a session of their own
+	told     bool             // the first candidate that shares has said so
 	sessions []*sharedSession // open, not lost
 }
 
@@ -136,11 +136,19 @@ func shareOf(st *store) *sessionShare {
 func (sh *sessionShare) done() { shares.done(sh.key) }
 
 // takeOwn reports whether the next candidate, which may insist or be a
-// shard's, pins a session of its own.
-func (sh *sessionShare) takeOwn(insist, shard bool) bool {
+// shard's, pins a session of its own (SessionOwn) or shares one
+// (SessionShared): the one place that decides it. The first to share on
+// the pool says so, at Info, with how to get a session of one's own.
+func (sh *sessionShare) takeOwn(insist, shard bool, log *slog.Logger) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !insist && (shard || sh.own >= ownSessions) {
+		if !sh.told && !shard { // a shard shares by design (Shards)
+			sh.told = true
+			log.Info("campaigning on a session shared with this process's other elections on the pool, "+
+				"which fails over at its tries (CheckInterval), not in milliseconds; set Config.OwnSession for a session of its own",
+				"own_sessions", sh.own)
+		}
 		return false
 	}
 	sh.own++
@@ -164,7 +172,7 @@ func (sh *sessionShare) forget(s *sharedSession) {
 type sharedSession struct {
 	sh   *sessionShare
 	conn *sql.Conn
-	id   uint64        // CONNECTION_ID()
+	id   uint64        // the session's id on the server (sessionID)
 	use  turns         // one statement sequence at a time; the loop's first
 	quit chan struct{} // closed when the loop is to stop
 	gone chan struct{} // closed when the loop has stopped
@@ -204,10 +212,10 @@ type sharedCandidate struct {
 	skip    time.Time // no try before then (a pending hand-over to another)
 }
 
-// join adds a candidate of election lock to a shared session that has none
-// of that election, opening one if need be, and takes its candidate lock
-// and writes its row there.
-func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, lock string) (*sharedCandidate, error) {
+// joinSession adds a candidate of election lock to a shared session that
+// has none of that election, opening one if need be, and takes its
+// candidate lock and writes its row there.
+func (sh *sessionShare) joinSession(ctx context.Context, st *store, log *slog.Logger, lock string) (*sharedCandidate, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, st.cfg.Lease+st.cfg.Margin, errJoinTimeout)
 	defer cancel()
 	m := &sharedCandidate{st: st, log: log, lock: lock, won: make(chan time.Time, 1), entered: make(chan error, 1)}
@@ -227,7 +235,7 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	}
 	sh.mu.Unlock()
 	if m.s == nil {
-		s, err := sh.open(ctx, st, m)
+		s, err := sh.openSession(ctx, st, m)
 		if err != nil {
 			sh.opening.Unlock()
 			sh.done()
@@ -237,15 +245,15 @@ func (sh *sessionShare) join(ctx context.Context, st *store, log *slog.Logger, l
 	}
 	sh.opening.Unlock()
 	if err := m.enter(ctx); err != nil {
-		m.leave()
+		m.leaveSession()
 		return nil, err
 	}
 	return m, nil
 }
 
-// open opens a shared session with m as its first candidate, and starts
-// its loop.
-func (sh *sessionShare) open(ctx context.Context, st *store, m *sharedCandidate) (*sharedSession, error) {
+// openSession opens a shared session with m as its first candidate, and
+// starts its loop.
+func (sh *sessionShare) openSession(ctx context.Context, st *store, m *sharedCandidate) (*sharedSession, error) {
 	conn, err := st.db.Conn(ctx)
 	if err != nil {
 		return nil, during("opening a session", refusal(err))
@@ -253,11 +261,11 @@ func (sh *sessionShare) open(ctx context.Context, st *store, m *sharedCandidate)
 	server, _ := st.settled()
 	s := &sharedSession{sh: sh, conn: conn, quit: make(chan struct{}), gone: make(chan struct{}),
 		members: map[string]*sharedCandidate{m.lock: m}, wake: make(chan struct{}, 1), lost: make(chan struct{}), next: &renewal{done: make(chan struct{})}}
-	if _, err := conn.ExecContext(ctx, server.sessionSetup(st.cfg.waitTimeout())); err != nil {
+	if err := setUpSession(ctx, conn, server, st.cfg.waitTimeout()); err != nil {
 		drop(conn)
 		return nil, during("setting up the session", refusal(err))
 	}
-	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&s.id); err != nil {
+	if s.id, err = sessionID(ctx, conn); err != nil {
 		drop(conn)
 		return nil, during("setting up the session", refusal(err))
 	}
@@ -284,7 +292,7 @@ func (m *sharedCandidate) enter(ctx context.Context) error {
 		select {
 		case err := <-m.entered:
 			if err == nil {
-				row := presence{st: m.st, lock: m.lock}
+				row := presence{st: m.st, lock: m.lock, session: SessionShared}
 				return s.sh.spare.run(ctx, func() error { return row.join(ctx, m.st.db) })
 			}
 			if !errors.Is(err, errBusy) {
@@ -301,9 +309,7 @@ func (m *sharedCandidate) enter(ctx context.Context) error {
 			if !errors.Is(context.Cause(ctx), errJoinTimeout) {
 				return ctx.Err()
 			}
-			cand := candidateLock(m.lock, m.st.cfg.Identity)
-			return fmt.Errorf("%w: another session (IS_USED_LOCK(%s)) campaigns as %q in election %q; give every candidate its own Config.Identity",
-				ErrIdentityInUse, literal(cand), m.st.cfg.Identity, m.st.name)
+			return identityInUse(m.lock, m.st.cfg.Identity, m.st.name)
 		}
 	}
 }
@@ -335,8 +341,9 @@ func (s *sharedSession) admit() {
 			for i, m := range batch {
 				locks[i] = candidateLock(m.lock, m.st.cfg.Identity)
 			}
-			got := make([]bool, len(batch))
-			if err := s.tryLocks(ctx, conn, locks, got); err != nil {
+			got, err := tryLocks(ctx, conn, locks)
+			if err != nil {
+				s.fail(err)
 				return err
 			}
 			for i, m := range batch {
@@ -360,49 +367,6 @@ func (s *sharedSession) admit() {
 // lockBatch is how many elections one statement renews or tries at most,
 // which bounds its size (about a quarter of a megabyte).
 const lockBatch = 5000
-
-// tryLock tries the lock named by the SQL expression name, unless a
-// session holds it: MariaDB's GET_LOCK searches the user locks the calling
-// session holds, one by one, so a session that holds 10,000 locks spent
-// 50-150 µs on each try of a lock held elsewhere, against 8 µs for one
-// that holds none, and 4 µs on IS_USED_LOCK, a lookup by name (MariaDB
-// 10.11, measured here; docs/benchmarks.md, "3 processes × 10,000
-// elections": the idle server's CPU fell from 185% to 49% of a core). A
-// lock this session holds already is not taken again: a shared session
-// never relies on GET_LOCK being re-entrant.
-func tryLock(name string) string {
-	return "IF(IS_USED_LOCK(" + name + ") IS NULL, GET_LOCK(" + name + ", 0), 0)"
-}
-
-// tryLocks tries each of locks on conn, in one statement, and sets got to
-// whether each was taken. One session holds many user locks on MariaDB
-// 10.0.2+ (tested here) and MySQL 5.7.5+ (MySQL manual, "Locking
-// Functions"; not tested here); a wait of 0 never meets MySQL's user-lock
-// deadlock error (3058), which only a waiting GET_LOCK can raise. A failure ends the session: the server may have
-// taken some of the locks, which no one would free (GET_LOCK counts a
-// session's takes of a lock, one release undoes one).
-func (s *sharedSession) tryLocks(ctx context.Context, conn *sql.Conn, locks []string, got []bool) error {
-	if len(locks) == 0 {
-		return nil
-	}
-	tries := make([]string, len(locks))
-	for i, l := range locks {
-		tries[i] = text(tryLock("?"), l, l)
-	}
-	vals := make([]sql.NullInt64, len(locks))
-	dst := make([]any, len(locks))
-	for i := range vals {
-		dst[i] = &vals[i]
-	}
-	if err := conn.QueryRowContext(ctx, "SELECT "+strings.Join(tries, ", ")).Scan(dst...); err != nil {
-		s.fail(err)
-		return err
-	}
-	for i, v := range vals {
-		got[i] = v.Int64 == 1
-	}
-	return nil
-}
 
 // do runs f on the session, one statement sequence at a time, after the
 // loop's (see turns); an error that leaves the session in doubt ends it
@@ -548,7 +512,7 @@ func (s *sharedSession) run() {
 	renewing := make(chan struct{})
 	go func() {
 		defer close(renewing)
-		s.every(s.sh.key.interval, s.renew)
+		s.every(s.sh.key.interval, s.renewAll)
 	}()
 	defer func() { <-renewing }()
 	poll := time.NewTicker(s.sh.key.checkPeriod)
@@ -579,8 +543,8 @@ func (s *sharedSession) every(period time.Duration, f func()) {
 	}
 }
 
-// candidates returns the session's candidates that pass keep.
-func (s *sharedSession) candidates(keep func(m *sharedCandidate) bool) []*sharedCandidate {
+// membersWhere returns the session's candidates that pass keep.
+func (s *sharedSession) membersWhere(keep func(m *sharedCandidate) bool) []*sharedCandidate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ms []*sharedCandidate
@@ -599,14 +563,14 @@ func (s *sharedSession) candidates(keep func(m *sharedCandidate) bool) []*shared
 // yet are tried in a statement of their own.
 func (s *sharedSession) poll() {
 	now := time.Now()
-	waiting := s.candidates(func(m *sharedCandidate) bool { return m.waiting && now.After(m.skip) })
+	waiting := s.membersWhere(func(m *sharedCandidate) bool { return m.waiting && now.After(m.skip) })
 	if len(waiting) == 0 {
 		return
 	}
 	byLock := make(map[string]*sharedCandidate, len(waiting))
-	names := make([]string, len(waiting))
+	locks := make([]string, len(waiting))
 	for i, m := range waiting {
-		byLock[m.lock], names[i] = m, literal(m.lock)
+		byLock[m.lock], locks[i] = m, m.lock
 	}
 	sent := time.Now()
 	type overdue struct {
@@ -619,7 +583,7 @@ func (s *sharedSession) poll() {
 		taken []*sharedCandidate
 	)
 	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
-		err := s.tryRead(ctx, conn, names, func(lock string, got bool, rec Record, r reading) {
+		err := tryRead(ctx, conn, s.sh.key.tbl, locks, func(lock string, got bool, rec Record, r reading) {
 			m := byLock[lock]
 			delete(byLock, lock)
 			m.st.vouch(&rec, r)
@@ -631,6 +595,7 @@ func (s *sharedSession) poll() {
 			}
 		})
 		if err != nil {
+			s.fail(err)
 			return err
 		}
 		return s.hand(ctx, conn, taken, sent)
@@ -651,8 +616,9 @@ func (s *sharedSession) poll() {
 			for i, m := range batch {
 				locks[i] = m.lock
 			}
-			got := make([]bool, len(batch))
-			if err := s.tryLocks(ctx, conn, locks, got); err != nil {
+			got, err := tryLocks(ctx, conn, locks)
+			if err != nil {
+				s.fail(err)
 				return err
 			}
 			var taken []*sharedCandidate
@@ -677,42 +643,10 @@ func (s *sharedSession) poll() {
 	}
 }
 
-// tryRead tries the locks of the elections names (SQL literals) on conn
-// and reads their records, in one statement, and calls each with every
-// row. A failure ends the session, as one of tryLocks does.
-func (s *sharedSession) tryRead(ctx context.Context, conn *sql.Conn, names []string, each func(lock string, got bool, rec Record, r reading)) error {
-	err := func() error {
-		sent := time.Now()
-		rows, err := conn.QueryContext(ctx, "SELECT r.lock_name, "+tryLock("r.lock_name")+", "+recordColumns("r.lock_name")+
-			" FROM `"+s.sh.key.tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(names, ", ")+")")
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		recv := time.Now()
-		for rows.Next() {
-			var (
-				lock string
-				got  sql.NullInt64
-				rec  Record
-			)
-			if err := rows.Scan(append([]any{&lock, &got}, rec.fields()...)...); err != nil {
-				return err
-			}
-			each(lock, got.Int64 == 1, rec, reading{rec.nowUS, sent, recv})
-		}
-		return rows.Err()
-	}()
-	if err != nil {
-		s.fail(err)
-	}
-	return err
-}
-
 // hand gives each lock the poll took, in a statement sent at sent, to its
 // candidate, and frees those whose candidate is leaving, on conn, before
 // the session serves anyone else: a candidate that starts to leave later
-// frees its lock itself (leave).
+// frees its lock itself (leaveSession).
 func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*sharedCandidate, sent time.Time) error {
 	var orphans []string
 	s.mu.Lock()
@@ -721,25 +655,25 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 			m.waiting = false
 			m.won <- sent
 		} else {
-			orphans = append(orphans, text("RELEASE_LOCK(?)", m.lock))
+			orphans = append(orphans, m.lock)
 		}
 	}
 	s.mu.Unlock()
 	if len(orphans) == 0 {
 		return nil
 	}
-	if _, err := conn.ExecContext(ctx, "DO "+strings.Join(orphans, ", ")); err != nil {
+	if err := releaseLocks(ctx, conn, orphans...); err != nil {
 		s.fail(err) // a lock no one would free
 		return err
 	}
 	return nil
 }
 
-// renew renews the terms of every candidate that leads on this session,
+// renewAll renews the terms of every candidate that leads on this session,
 // as pinned.renew does for one, in one statement per lockBatch of them. A
 // read of a batch's terms follows only when some did not match, to tell
 // which and why.
-func (s *sharedSession) renew() {
+func (s *sharedSession) renewAll() {
 	s.mu.Lock()
 	r := s.next
 	s.next = &renewal{done: make(chan struct{})}
@@ -755,7 +689,7 @@ func (s *sharedSession) renew() {
 	for len(holding) > 0 {
 		batch := holding[:min(len(holding), lockBatch)]
 		holding = holding[len(batch):]
-		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error { return s.renewBatch(ctx, conn, batch, r.results) })
+		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error { return s.renewShared(ctx, conn, batch, r.results) })
 		if err != nil {
 			if !errors.Is(err, ErrSessionLost) {
 				// Refused (a lock wait, a deadlock): the terms try again
@@ -769,74 +703,11 @@ func (s *sharedSession) renew() {
 	}
 }
 
-// renewBatch renews the terms of batch on conn and notes each outcome in
-// results.
-func (s *sharedSession) renewBatch(ctx context.Context, conn *sql.Conn, batch []*sharedCandidate, results map[string]error) error {
-	tbl := s.sh.key.tbl
-	locks := make([]string, len(batch))
-	epochs := make([]string, len(batch))
-	byLock := make(map[string]*sharedCandidate, len(batch))
-	for i, m := range batch {
-		locks[i], epochs[i], byLock[m.lock] = literal(m.lock), literal(m.token), m
-	}
-	// The pairs need not be matched: a record that names this session,
-	// whose lock this session holds, names the term its candidate started
-	// last on it, which is the one it holds (one candidate per election on
-	// a session); the epochs only narrow the match further.
-	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.record+"` r LEFT JOIN `"+tbl.candidate+"` c ON c.lock_name = r.lock_name AND c.identity = r.holder "+
-		"SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6) "+
-		"WHERE r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID() AND ", s.id)+
-		"r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+")")
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err == nil && n == int64(2*len(batch)) {
-		for _, m := range batch { // every record, and each one's candidate row, matched
-			results[m.lock] = nil
-		}
-		return nil
-	}
-	for _, m := range batch {
-		results[m.lock] = fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
-	}
-	rows, err := conn.QueryContext(ctx, text("SELECT r.lock_name, IS_USED_LOCK(r.lock_name), r.epoch, r.conn_id = ?, r.demote_epoch <=> r.epoch, r.handover_to "+
-		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")", s.id))
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			lock          string
-			owner         sql.NullInt64
-			epoch         uint64
-			ours, demoted bool
-			handTo        sql.NullString
-		)
-		if err := rows.Scan(&lock, &owner, &epoch, &ours, &demoted, &handTo); err != nil {
-			return err
-		}
-		switch m := byLock[lock]; {
-		case !owner.Valid || uint64(owner.Int64) != s.id:
-			results[lock] = fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, s.id)
-		case !ours || epoch != m.token:
-			results[lock] = fmt.Errorf("%w: the record names another term", ErrLockLost)
-		case demoted:
-			results[lock] = demotion(handTo)
-		default:
-			// Renewed: what made the record match cannot have come back
-			// between the two statements.
-			results[lock] = nil
-		}
-	}
-	return rows.Err()
-}
-
-// acquire waits, on a shared session, until this candidate has won the
+// acquireShared waits, on a shared session, until this candidate has won the
 // election and opened a term: the poll takes the lock, the candidate
 // starts the term on the session. With try, it tries the lock once, now.
-func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, try bool) (won, error) {
-	m, err := sh.join(ctx, g.st, g.log, lock)
+func (sh *sessionShare) acquireShared(ctx context.Context, g *getLock, lock string, try bool) (won, error) {
+	m, err := sh.joinSession(ctx, g.st, g.log, lock)
 	if err != nil {
 		return won{}, err
 	}
@@ -845,14 +716,15 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 		if try {
 			var got sql.NullInt64
 			sent = time.Now()
-			if err := m.s.do(func(ctx context.Context, conn *sql.Conn) error {
-				return conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, 0)", lock)).Scan(&got)
+			if err := m.s.do(func(ctx context.Context, conn *sql.Conn) (err error) {
+				got, err = waitLock(ctx, conn, lock, 0)
+				return err
 			}); err != nil {
-				m.leave()
+				m.leaveSession()
 				return won{}, err
 			}
 			if got.Int64 != 1 {
-				m.leave()
+				m.leaveSession()
 				return won{}, ErrHeld
 			}
 		} else {
@@ -862,10 +734,10 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 			select {
 			case sent = <-m.won:
 			case <-m.s.lost:
-				m.leave()
+				m.leaveSession()
 				return won{}, m.s.err
 			case <-ctx.Done():
-				m.leave()
+				m.leaveSession()
 				return won{}, ctx.Err()
 			}
 		}
@@ -877,16 +749,15 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 			if errors.Is(err, errYield) {
 				err = ErrHeld
 			}
-			m.leave()
+			m.leaveSession()
 			return won{}, err
 		}
 		// A hand-over to another candidate is pending: give the lock back,
 		// and let the target take it before this one tries again.
 		if err := m.s.do(func(ctx context.Context, conn *sql.Conn) error {
-			_, err := conn.ExecContext(ctx, text("DO RELEASE_LOCK(?)", lock))
-			return err
+			return releaseLocks(ctx, conn, lock)
 		}); err != nil {
-			m.leave()
+			m.leaveSession()
 			return won{}, err
 		}
 		m.s.mu.Lock()
@@ -905,7 +776,7 @@ func (sh *sessionShare) acquire(ctx context.Context, g *getLock, lock string, tr
 // the session ends), and the claim, which stamps the record, was sent
 // after it, so the lease ends before the record goes stale.
 func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, predecessor, error) {
-	o, err := m.s.sh.starts.open(ctx, termStart{m.st, m.lock, m.s.id}, func() time.Time {
+	o, err := m.s.sh.starts.startBatched(ctx, termStart{m.st, m.lock, m.s.id}, func() time.Time {
 		m.s.mu.Lock()
 		defer m.s.mu.Unlock()
 		return m.s.alive
@@ -920,15 +791,15 @@ func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, 
 	return o.sent, o.delay, o.p, nil
 }
 
-// leave gives up the candidate's locks on the session and removes it; the
-// last candidate to leave closes the session.
-func (m *sharedCandidate) leave() {
+// leaveSession gives up the candidate's locks on the session and removes
+// it; the last candidate to leave closes the session.
+func (m *sharedCandidate) leaveSession() {
 	s := m.s
 	s.mu.Lock()
 	m.left = true
 	s.mu.Unlock()
 	s.do(func(ctx context.Context, conn *sql.Conn) error {
-		_, err := conn.ExecContext(ctx, text("DO RELEASE_LOCK(?), RELEASE_LOCK(?)", m.lock, candidateLock(m.lock, m.st.cfg.Identity)))
+		err := releaseLocks(ctx, conn, m.lock, candidateLock(m.lock, m.st.cfg.Identity))
 		if err != nil {
 			s.fail(err) // locks no one would free
 		}
@@ -988,14 +859,7 @@ func (m *sharedCandidate) release(ctx context.Context, end ending) error {
 		if err := m.st.endTerm(ctx, conn, m.lock, m.token, end); err != nil {
 			return err
 		}
-		var released sql.NullInt64
-		if err := conn.QueryRowContext(ctx, text("SELECT RELEASE_LOCK(?)", m.lock)).Scan(&released); err != nil {
-			return err
-		}
-		if released.Int64 != 1 {
-			return errors.New("RELEASE_LOCK: this session did not hold the lock")
-		}
-		return nil
+		return releaseHeld(ctx, conn, m.lock)
 	})
 }
 
@@ -1016,5 +880,5 @@ func (m *sharedCandidate) stopRenewing() {
 // close leaves the shared session: the next campaign joins again.
 func (m *sharedCandidate) close() {
 	m.stopRenewing()
-	m.leave()
+	m.leaveSession()
 }

@@ -103,6 +103,25 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	if led != n || bySession[shared] != n-4 {
 		t.Fatalf("a leads %d elections, %v by session, want %d, %d of them on one shared session", led, bySession, n, n-4)
 	}
+	// Candidates shows which of them share a session: each pool's first
+	// four have their own.
+	for _, holder := range []string{"a", "b"} {
+		kinds := map[string]int{}
+		for i := range n {
+			cs, err := newOperator(t, admin, fmt.Sprintf("e%02d", i)).Candidates(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				if c.Identity == holder {
+					kinds[c.Session]++
+				}
+			}
+		}
+		if kinds[election.SessionOwn] != 4 || kinds[election.SessionShared] != n-4 {
+			t.Errorf("%s's candidates by session: %v, want 4 %q and %d %q", holder, kinds, election.SessionOwn, n-4, election.SessionShared)
+		}
+	}
 	// A candidate that insists on a session of its own gets one, even
 	// past the pool's first four.
 	cfg := fast

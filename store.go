@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -469,6 +470,13 @@ func (s *store) renewalMissed(ctx context.Context, q querier, lock string, token
 	return m, err
 }
 
+// setUpSession readies session q to hold locks for candidates, with the
+// wait_timeout w (platform.sessionSetup).
+func setUpSession(ctx context.Context, q querier, server platform, w int64) error {
+	_, err := q.ExecContext(ctx, server.sessionSetup(w))
+	return err
+}
+
 // pinSession reads the id of session q and takes lock on it, waiting up
 // to wait.
 func pinSession(ctx context.Context, q querier, lock string, wait float64) (id uint64, got sql.NullInt64, err error) {
@@ -575,7 +583,7 @@ func (s *store) endTerm(ctx context.Context, q querier, lock string, token uint6
 			err = s.endTermOn(ctx, q, lock, token, end)
 		}
 		if conflict(err) { // the record, which the next term reads, must still say it
-			err = s.endRecord(ctx, q, lock, token, end, "")
+			err = s.endRecord(ctx, q, lock, token, end, anyHolder)
 		}
 		return err
 	})
@@ -594,16 +602,24 @@ func (s *store) endTermOn(ctx context.Context, q querier, lock string, token uin
 	if denied(err) || serverError(err, 1146, 1205) {
 		// Denied, missing or locked on the history: the record, which the
 		// next term reads, must still say how this one ended.
-		err = s.endRecord(ctx, q, lock, token, end, "")
+		err = s.endRecord(ctx, q, lock, token, end, anyHolder)
 	}
 	return err
 }
 
+// anyHolder is endRecord's holder for an end whichever session or lease
+// the record names: no connection id, nor a LeaseRow id (below 2^63).
+const anyHolder = math.MaxUint64
+
 // endRecord records in the record, if it still describes term token as
-// leading (and matches cond, SQL on its columns), how the term ended: not
+// leading (and names holder, unless anyHolder), how the term ended: not
 // before it started, whatever the database clock did.
-func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, cond string) error {
+func (s *store) endRecord(ctx context.Context, q querier, lock string, token uint64, end ending, holder uint64) error {
 	at, us := end.moment()
+	cond := ""
+	if holder != anyHolder {
+		cond = text(" AND conn_id = ?", holder)
+	}
 	_, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` SET state = ?, ended_at = "+datetime("GREATEST("+utcMicros("since")+", "+at+")")+" "+
 		"WHERE lock_name = ? AND epoch = ? AND state = ?", end.why, us, lock, token, stateLeading)+cond)
 	return err
