@@ -1,5 +1,11 @@
 package election
 
+// How the store's statements are sent: as text with their arguments
+// inlined as literals (one round trip each), through the pool or on a
+// session in hand, and what becomes of a session after a failure. The
+// statements themselves are the store's: store.go, claim.go, batch.go,
+// schema.go and platform.go.
+
 import (
 	"context"
 	"database/sql"
@@ -9,7 +15,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // text writes args into query in place of its ? placeholders, as literals,
@@ -90,31 +95,6 @@ func plain(s string) bool {
 	return true
 }
 
-// utcMicros reads a DATETIME(6) column written in UTC as microseconds since
-// the Unix epoch, so that no DSN setting (parseTime, loc) changes it.
-func utcMicros(col string) string {
-	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
-}
-
-// atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
-// the Unix epoch: the inverse of utcMicros.
-const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
-
-// datetime is the UTC DATETIME(6) of us, an SQL expression of
-// microseconds since the Unix epoch: atMicros for an expression.
-func datetime(us string) string {
-	return "TIMESTAMPADD(MICROSECOND, " + us + ", '1970-01-01 00:00:00')"
-}
-
-// ageMicros is how long ago col was, on the database clock.
-func ageMicros(col string) string {
-	return "TIMESTAMPDIFF(MICROSECOND, " + col + ", UTC_TIMESTAMP(6))"
-}
-
-// serverName names the server a statement runs on, as TermRecord.Server
-// shows it.
-const serverName = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
-
 // drop closes a session for good. Conn.Close would return it to the pool
 // with whatever it has (the short wait_timeout); driver.ErrBadConn from Raw
 // makes database/sql close the underlying connection instead.
@@ -169,12 +149,3 @@ type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
-
-// timeAgo is the SQL for a moment on the database clock, given how many
-// microseconds ago it was (agoMicros), measured just before the statement
-// is sent: a local moment, written late, keeps its time. The statement
-// must go on a session already in hand (see onConn), or a pool's dial
-// would come between the measure and the send.
-const timeAgo = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
-
-func agoMicros(at time.Time) int64 { return max(time.Since(at), 0).Microseconds() }

@@ -1104,3 +1104,40 @@ func (s *store) proclaim(ctx context.Context, lock string, token uint64, value s
 	n, _ := res.RowsAffected()
 	return n > 0, nil
 }
+
+// Times, as the statements write and read them: the database clock in
+// microseconds since the Unix epoch.
+
+// utcMicros reads a DATETIME(6) column written in UTC as microseconds since
+// the Unix epoch, so that no DSN setting (parseTime, loc) changes it.
+func utcMicros(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + col + ")"
+}
+
+// atMicros is the UTC DATETIME(6) of a placeholder's microseconds since
+// the Unix epoch: the inverse of utcMicros.
+const atMicros = "TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')"
+
+// datetime is the UTC DATETIME(6) of us, an SQL expression of
+// microseconds since the Unix epoch: atMicros for an expression.
+func datetime(us string) string {
+	return "TIMESTAMPADD(MICROSECOND, " + us + ", '1970-01-01 00:00:00')"
+}
+
+// ageMicros is how long ago col was, on the database clock.
+func ageMicros(col string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + col + ", UTC_TIMESTAMP(6))"
+}
+
+// serverName names the server a statement runs on, as TermRecord.Server
+// shows it.
+const serverName = "CONCAT(@@hostname, ':', @@port, '/', @@server_id)"
+
+// timeAgo is the SQL for a moment on the database clock, given how many
+// microseconds ago it was (agoMicros), measured just before the statement
+// is sent: a local moment, written late, keeps its time. The statement
+// must go on a session already in hand (see onConn), or a pool's dial
+// would come between the measure and the send.
+const timeAgo = "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+
+func agoMicros(at time.Time) int64 { return max(time.Since(at), 0).Microseconds() }
