@@ -97,40 +97,46 @@ func tryRead(ctx context.Context, conn *sql.Conn, t tables, locks []string, each
 	return rows.Err()
 }
 
-// renewShared renews the terms of batch, candidates on shared session s,
-// on its conn, and notes each outcome in results.
-func (s *sharedSession) renewShared(ctx context.Context, conn *sql.Conn, batch []*sharedCandidate, results map[string]error) error {
-	tbl := s.sh.key.tbl
-	locks := make([]string, len(batch))
-	epochs := make([]string, len(batch))
-	byLock := make(map[string]*sharedCandidate, len(batch))
-	for i, m := range batch {
-		locks[i], epochs[i], byLock[m.lock] = literal(m.lock), literal(m.token), m
+// heldTerm is a term a batched renewal renews: its election's lock, its
+// token, and the session (GetLock) or lease id (LeaseRow) its record
+// names.
+type heldTerm struct {
+	lock          string
+	token, holder uint64
+}
+
+// renewShared renews the terms held, on shared session conn (whose id is
+// session, the holder of each), and returns each one's outcome, in their
+// order.
+func renewShared(ctx context.Context, conn *sql.Conn, tbl tables, session uint64, held []heldTerm) ([]error, error) {
+	locks := make([]string, len(held))
+	epochs := make([]string, len(held))
+	byLock := make(map[string]int, len(held))
+	for i, h := range held {
+		locks[i], epochs[i], byLock[h.lock] = literal(h.lock), literal(h.token), i
 	}
+	results := make([]error, len(held))
 	// The pairs need not be matched: a record that names this session,
 	// whose lock this session holds, names the term its candidate started
 	// last on it, which is the one it holds (one candidate per election on
 	// a session); the epochs only narrow the match further.
 	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.record+"` r LEFT JOIN `"+tbl.candidate+"` c ON c.lock_name = r.lock_name AND c.identity = r.holder "+
 		"SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6) "+
-		"WHERE r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID() AND ", s.id)+
+		"WHERE r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID() AND ", session)+
 		"r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+")")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if n, err := res.RowsAffected(); err == nil && n == int64(2*len(batch)) {
-		for _, m := range batch { // every record, and each one's candidate row, matched
-			results[m.lock] = nil
-		}
-		return nil
+	if n, err := res.RowsAffected(); err == nil && n == int64(2*len(held)) {
+		return results, nil // every record, and each one's candidate row, matched
 	}
-	for _, m := range batch {
-		results[m.lock] = fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
+	for i := range held {
+		results[i] = fmt.Errorf("%w: the keepalive matched no record", ErrLockLost)
 	}
 	rows, err := conn.QueryContext(ctx, text("SELECT r.lock_name, IS_USED_LOCK(r.lock_name), r.epoch, r.conn_id = ?, r.demote_epoch <=> r.epoch, r.handover_to "+
-		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")", s.id))
+		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")", session))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -142,22 +148,22 @@ func (s *sharedSession) renewShared(ctx context.Context, conn *sql.Conn, batch [
 			handTo        sql.NullString
 		)
 		if err := rows.Scan(&lock, &owner, &epoch, &ours, &demoted, &handTo); err != nil {
-			return err
+			return nil, err
 		}
-		switch m := byLock[lock]; {
-		case !owner.Valid || uint64(owner.Int64) != s.id:
-			results[lock] = fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, s.id)
-		case !ours || epoch != m.token:
-			results[lock] = fmt.Errorf("%w: the record names another term", ErrLockLost)
+		switch i := byLock[lock]; {
+		case !owner.Valid || uint64(owner.Int64) != session:
+			results[i] = fmt.Errorf("%w: IS_USED_LOCK is %v, this session is %d", ErrLockLost, owner.Int64, session)
+		case !ours || epoch != held[i].token:
+			results[i] = fmt.Errorf("%w: the record names another term", ErrLockLost)
 		case demoted:
-			results[lock] = demotion(handTo)
+			results[i] = demotion(handTo)
 		default:
 			// Renewed: what made the record match cannot have come back
 			// between the two statements.
-			results[lock] = nil
+			results[i] = nil
 		}
 	}
-	return rows.Err()
+	return results, rows.Err()
 }
 
 // releaseHeld frees lock, held by session q, and fails if q did not hold
@@ -173,14 +179,14 @@ func releaseHeld(ctx context.Context, q querier, lock string) error {
 	return nil
 }
 
-// renewLeases renews the leases of batch, terms of share ls, through the
-// pool, and notes each outcome in results.
-func (ls *leaseShare) renewLeases(ctx context.Context, batch []*leaseHold, results map[string]error) error {
-	tbl, db := ls.key.tbl, ls.key.db
-	locks, epochs, ids := make([]string, len(batch)), make([]string, len(batch)), make([]string, len(batch))
-	for i, h := range batch {
-		locks[i], epochs[i], ids[i] = literal(h.lock), literal(h.token), literal(h.id)
+// renewLeases renews the leases held, through the pool db, and returns
+// each one's outcome, in their order.
+func renewLeases(ctx context.Context, db *sql.DB, tbl tables, held []heldTerm) ([]error, error) {
+	locks, epochs, ids := make([]string, len(held)), make([]string, len(held)), make([]string, len(held))
+	for i, h := range held {
+		locks[i], epochs[i], ids[i] = literal(h.lock), literal(h.token), literal(h.holder)
 	}
+	results := make([]error, len(held))
 	// The records alone: the holders' candidate rows are stamped with the
 	// waiters' (poll), so that no lock on a candidate row (another
 	// process's candidate joining, which deletes dead rows beside it) can
@@ -189,23 +195,20 @@ func (ls *leaseShare) renewLeases(ctx context.Context, batch []*leaseHold, resul
 		" AND NOT (r.demote_epoch <=> r.epoch) AND r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+
 		") AND r.conn_id IN ("+strings.Join(ids, ", ")+")")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if n, err := res.RowsAffected(); err == nil && n == int64(len(batch)) {
-		for _, h := range batch {
-			results[holdKey(h)] = nil
-		}
-		return nil
+	if n, err := res.RowsAffected(); err == nil && n == int64(len(held)) {
+		return results, nil
 	}
-	byLock := map[string][]*leaseHold{}
-	for _, h := range batch {
-		byLock[h.lock] = append(byLock[h.lock], h)
-		results[holdKey(h)] = fmt.Errorf("%w: the record names another term", ErrLockLost)
+	byLock := map[string][]int{}
+	for i, h := range held {
+		byLock[h.lock] = append(byLock[h.lock], i)
+		results[i] = fmt.Errorf("%w: the record names another term", ErrLockLost)
 	}
 	got, err := db.QueryContext(ctx, "SELECT r.lock_name, r.epoch, r.conn_id, r.state = "+literal(stateLeading)+", r.demote_epoch <=> r.epoch, r.handover_to "+
 		"FROM `"+tbl.record+"` r WHERE r.lock_name IN ("+strings.Join(locks, ", ")+")")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer got.Close()
 	for got.Next() {
@@ -216,19 +219,19 @@ func (ls *leaseShare) renewLeases(ctx context.Context, batch []*leaseHold, resul
 			handTo           sql.NullString
 		)
 		if err := got.Scan(&lock, &epoch, &id, &leading, &demoted, &handTo); err != nil {
-			return err
+			return nil, err
 		}
-		for _, h := range byLock[lock] {
+		for _, i := range byLock[lock] {
 			switch {
-			case epoch != h.token || id != h.id || !leading:
+			case epoch != held[i].token || id != held[i].holder || !leading:
 			case demoted:
-				results[holdKey(h)] = demotion(handTo)
+				results[i] = demotion(handTo)
 			default:
-				results[holdKey(h)] = nil // renewed: nothing that made it match can come back
+				results[i] = nil // renewed: nothing that made it match can come back
 			}
 		}
 	}
-	return got.Err()
+	return results, got.Err()
 }
 
 // beatCandidates stamps the candidate rows in t of identity in the

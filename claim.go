@@ -20,6 +20,35 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
+// termStart is a candidate's start of a term in one election: lock is the
+// election's lock name, session the candidate's (GetLock: its connection
+// id; LeaseRow: a random id), which the record names while it leads.
+type termStart struct {
+	st      *store
+	lock    string
+	session uint64
+}
+
+// predecessor is the last term as a new one finds it: the record, read
+// with the server's clock, which the next token must reach (see claim).
+type predecessor struct {
+	rec          Record
+	exists       bool          // the election has a record
+	delayUntilUS sql.NullInt64 // the end of a lock-delay owed, carried over from an earlier term (delay_until), µs
+	handing      bool          // a hand-over to another live candidate is pending
+}
+
+// errRaced: the record changed between the read and the claim of a term
+// start; the start is tried again.
+var errRaced = errors.New("election: the record changed while the term started")
+
+// now is the server's clock at the read.
+func (p predecessor) now() time.Time { return time.UnixMicro(p.rec.nowUS).UTC() }
+
+// next is the token a term that follows p claims: above p's, and at least
+// the server's clock at the read (see claim).
+func (p predecessor) next() uint64 { return max(p.rec.Token+1, uint64(max(p.rec.nowUS, 0))) }
+
 // read reads the last term from the record, and the server's clock,
 // which the next token must reach (see claim); one row even if the
 // election has none yet. The lock is named by value, not by the record's

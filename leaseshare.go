@@ -98,7 +98,15 @@ func (ls *leaseShare) renewAll(limit time.Duration) {
 	for len(holds) > 0 {
 		batch := holds[:min(len(holds), lockBatch)]
 		holds = holds[len(batch):]
-		if err := ls.renewLeases(ctx, batch, r.results); err != nil {
+		held := make([]heldTerm, len(batch))
+		for i, h := range batch {
+			held[i] = heldTerm{h.lock, h.token, h.id}
+		}
+		outcomes, err := renewLeases(ctx, ls.key.db, ls.key.tbl, held)
+		for i, o := range outcomes {
+			r.results[holdKey(batch[i])] = o
+		}
+		if err != nil {
 			if !errors.Is(err, ErrSessionLost) { // a read-only server ends the terms at once (refusal)
 				err = fmt.Errorf("%w: renewing the lease: %w", errTransient, err)
 			}

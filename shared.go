@@ -689,7 +689,17 @@ func (s *sharedSession) renewAll() {
 	for len(holding) > 0 {
 		batch := holding[:min(len(holding), lockBatch)]
 		holding = holding[len(batch):]
-		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error { return s.renewShared(ctx, conn, batch, r.results) })
+		held := make([]heldTerm, len(batch))
+		for i, m := range batch {
+			held[i] = heldTerm{m.lock, m.token, s.id}
+		}
+		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
+			outcomes, err := renewShared(ctx, conn, s.sh.key.tbl, s.id, held)
+			for i, o := range outcomes {
+				r.results[batch[i].lock] = o
+			}
+			return err
+		})
 		if err != nil {
 			if !errors.Is(err, ErrSessionLost) {
 				// Refused (a lock wait, a deadlock): the terms try again

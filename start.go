@@ -18,28 +18,6 @@ import (
 	"time"
 )
 
-// termStart is a candidate's start of a term in one election: lock is the
-// election's lock name, session the candidate's (GetLock: its connection
-// id; LeaseRow: a random id), which the record names while it leads.
-type termStart struct {
-	st      *store
-	lock    string
-	session uint64
-}
-
-// predecessor is the last term as a new one finds it: the record, read
-// with the server's clock, which the next token must reach (see claim).
-type predecessor struct {
-	rec          Record
-	exists       bool          // the election has a record
-	delayUntilUS sql.NullInt64 // the end of a lock-delay owed, carried over from an earlier term (delay_until), µs
-	handing      bool          // a hand-over to another live candidate is pending
-}
-
-// errRaced: the record changed between the read and the claim of a term
-// start; the start is tried again.
-var errRaced = errors.New("election: the record changed while the term started")
-
 // readAndClaim starts the term through q in two statements: a read of the record
 // (read), from which decide tells whether the term may start and after
 // what lock-delay; then the claim of the record, a compare-and-set on that
@@ -84,9 +62,6 @@ func (p predecessor) delayLeft() time.Duration {
 	owed := micros(sql.NullInt64{Int64: p.delayUntilUS.Int64 - p.rec.Since.UnixMicro()})
 	return max(p.rec.claimedBy.Add(owed).Sub(p.rec.read), 0)
 }
-
-// now is the server's clock at the read.
-func (p predecessor) now() time.Time { return time.UnixMicro(p.rec.nowUS).UTC() }
 
 // decide decides, by the record's rule, whether a new term may follow p,
 // and after what
@@ -154,10 +129,6 @@ func (s termStart) claimOnLook(ctx context.Context, q querier, p predecessor, ag
 	}
 	return token, p, err
 }
-
-// next is the token a term that follows p claims: above p's, and at least
-// the server's clock at the read (see claim).
-func (p predecessor) next() uint64 { return max(p.rec.Token+1, uint64(max(p.rec.nowUS, 0))) }
 
 // starter opens the terms of a share's candidates (shared GetLock
 // sessions, batched leases) that win at once in a few statements for all
