@@ -433,22 +433,6 @@ func validValue(v string) error {
 	return nil
 }
 
-// printable reports whether every rune of s is a visible letter, mark,
-// number, punctuation, symbol or space: no control, format or private-use
-// character (an ESC sequence, a bidi override) that could spoof a
-// terminal, and none of the graphic characters that show nothing (Hangul
-// fillers, variation selectors, the blank braille pattern), which would
-// make "a\u3164" look like "a".
-func printable(s string) bool {
-	for _, r := range s {
-		if !unicode.IsGraphic(r) || r == '\u2800' ||
-			unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) {
-			return false
-		}
-	}
-	return true
-}
-
 // defaultIdentity is host-pid-random, with anything in the host name that
 // validIdentity would refuse replaced: a default must never fail New.
 func defaultIdentity() string {

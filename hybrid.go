@@ -312,3 +312,26 @@ func earlier(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// settle fills in the end of history row t, which has none yet, from what
+// the record and the next row (if any) show, exactly as the next term will
+// write it: so that History and Watch tell the same story before and after
+// that write. A term followed by another ended, "lost", when the next
+// began; a term the record shows ended gets the record's reason and time;
+// a term whose holder has gone silent for longer than its lease plus
+// margin, and holds no lock a deputy will kill it for, ended, "lost", at
+// that moment, since it can no longer act. A term that may still act stays
+// open.
+func settle(t TermRecord, next *TermRecord, rec Record) TermRecord {
+	switch {
+	case !t.Ended.IsZero():
+	case next != nil:
+		t.Reason, t.Ended = stateLost, next.Started
+	case rec.Token != t.Token:
+	case rec.State != stateLeading:
+		t.Reason, t.Ended = rec.State, rec.Ended
+	case rec.stale() && rec.overdue() == "":
+		t.Reason, t.Ended = stateLost, rec.Renewed.Add(rec.Expiry)
+	}
+	return t
+}

@@ -9,6 +9,8 @@ package election
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -302,3 +304,60 @@ func serverError(err error, numbers ...uint16) bool {
 // that starts thousands of candidates at once checks once, rather than
 // sending each check thousands of times over as many new connections,
 // which stalled the keepalives of other processes' leaders.
+
+// refusal wraps err in ErrAccessDenied, with the fix, when the server
+// refused the login with it: any statement through the pool may open a
+// session, and so meet a password changed or a grant revoked since the
+// last; and in ErrSessionLost when it refused a write as read-only (the
+// session that got it is dropped: see release). Other errors come back as
+// they are.
+func refusal(err error) error {
+	var me *mysql.MySQLError
+	if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrSessionLost) || !errors.As(err, &me) {
+		return err
+	}
+	if readOnly(err) {
+		return fmt.Errorf("%w: %w; the server is read-only: it is not the primary, or no longer (a failover of the database, or a DSN that names a replica): "+
+			"the session that got this is dropped, and the next one dials the DSN's address again", ErrSessionLost, err)
+	}
+	switch me.Number {
+	case 1045:
+		return fmt.Errorf("%w: %w; check the DSN's user and password", ErrAccessDenied, err)
+	case 1044:
+		return fmt.Errorf("%w: %w; grant the DSN's user privileges on its database, or name another", ErrAccessDenied, err)
+	case 1049:
+		return fmt.Errorf("%w: %w; create the database, or name an existing one in the DSN", ErrAccessDenied, err)
+	}
+	return err
+}
+
+// release gives conn back to the pool, or drops it if err is the server's
+// refusal to write as read-only: database/sql keeps a session that got a
+// server's error, so a pool whose sessions reach an old primary, left up
+// read-only by a failover, would never reach the new one.
+func release(conn *sql.Conn, err error) {
+	if readOnly(err) {
+		drop(conn)
+		return
+	}
+	conn.Close()
+}
+
+// write runs one write through the pool db, on a session it then releases
+// (release), and returns its error as refusal does. A session the driver
+// finds dead before it sent anything (driver.ErrBadConn) is replaced, as
+// DB.ExecContext does.
+func write(ctx context.Context, db *sql.DB, query string) (sql.Result, error) {
+	for try := 0; ; try++ {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return nil, refusal(err)
+		}
+		res, err := conn.ExecContext(ctx, query)
+		release(conn, err)
+		if errors.Is(err, driver.ErrBadConn) && try < 2 {
+			continue
+		}
+		return res, refusal(err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
@@ -356,32 +357,6 @@ func schemaError(t tables, err error) error {
 	return err
 }
 
-// refusal wraps err in ErrAccessDenied, with the fix, when the server
-// refused the login with it: any statement through the pool may open a
-// session, and so meet a password changed or a grant revoked since the
-// last; and in ErrSessionLost when it refused a write as read-only (the
-// session that got it is dropped: see release). Other errors come back as
-// they are.
-func refusal(err error) error {
-	var me *mysql.MySQLError
-	if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrSessionLost) || !errors.As(err, &me) {
-		return err
-	}
-	if readOnly(err) {
-		return fmt.Errorf("%w: %w; the server is read-only: it is not the primary, or no longer (a failover of the database, or a DSN that names a replica): "+
-			"the session that got this is dropped, and the next one dials the DSN's address again", ErrSessionLost, err)
-	}
-	switch me.Number {
-	case 1045:
-		return fmt.Errorf("%w: %w; check the DSN's user and password", ErrAccessDenied, err)
-	case 1044:
-		return fmt.Errorf("%w: %w; grant the DSN's user privileges on its database, or name another", ErrAccessDenied, err)
-	case 1049:
-		return fmt.Errorf("%w: %w; create the database, or name an existing one in the DSN", ErrAccessDenied, err)
-	}
-	return err
-}
-
 // grants lists the privileges each role needs on the tables t.
 func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
@@ -408,4 +383,20 @@ func lockName(database, prefix, name string) string {
 		}
 	}
 	return head.String() + "/" + hex.EncodeToString(sum[:8])
+}
+
+// printable reports whether every rune of s is a visible letter, mark,
+// number, punctuation, symbol or space: no control, format or private-use
+// character (an ESC sequence, a bidi override) that could spoof a
+// terminal, and none of the graphic characters that show nothing (Hangul
+// fillers, variation selectors, the blank braille pattern), which would
+// make "a\u3164" look like "a".
+func printable(s string) bool {
+	for _, r := range s {
+		if !unicode.IsGraphic(r) || r == '\u2800' ||
+			unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) {
+			return false
+		}
+	}
+	return true
 }

@@ -753,7 +753,7 @@ func (sh *sessionShare) acquireShared(ctx context.Context, g *getLock, lock stri
 		}
 		alive, delay, p, err := m.start(ctx)
 		if err == nil {
-			return won{h: m, token: m.token, sent: later(sent, alive), delay: delay, p: p}, nil
+			return won{h: m, token: m.token, sent: later(sent, alive), delay: delay, p: p, shared: true}, nil
 		}
 		if !errors.Is(err, errYield) || try {
 			if errors.Is(err, errYield) {

@@ -11,7 +11,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -101,37 +100,6 @@ func plain(s string) bool {
 func drop(conn *sql.Conn) {
 	conn.Raw(func(any) error { return driver.ErrBadConn })
 	conn.Close()
-}
-
-// release gives conn back to the pool, or drops it if err is the server's
-// refusal to write as read-only: database/sql keeps a session that got a
-// server's error, so a pool whose sessions reach an old primary, left up
-// read-only by a failover, would never reach the new one.
-func release(conn *sql.Conn, err error) {
-	if readOnly(err) {
-		drop(conn)
-		return
-	}
-	conn.Close()
-}
-
-// write runs one write through the pool db, on a session it then releases
-// (release), and returns its error as refusal does. A session the driver
-// finds dead before it sent anything (driver.ErrBadConn) is replaced, as
-// DB.ExecContext does.
-func write(ctx context.Context, db *sql.DB, query string) (sql.Result, error) {
-	for try := 0; ; try++ {
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return nil, refusal(err)
-		}
-		res, err := conn.ExecContext(ctx, query)
-		release(conn, err)
-		if errors.Is(err, driver.ErrBadConn) && try < 2 {
-			continue
-		}
-		return res, refusal(err)
-	}
 }
 
 // literals joins ss as SQL string literals.

@@ -39,6 +39,9 @@ type won struct {
 	sent  time.Time     // when the statement that won was sent: the lease counts from there
 	delay time.Duration // the lock-delay owed to a predecessor that was killed
 	p     predecessor   // the last term, as the start read it
+	// shared: the hold is on a shared session, whose terms keep no
+	// session for Fenced (keptSession.none).
+	shared bool
 }
 
 // Term is one period of leadership: it starts when Campaign returns and ends
@@ -78,9 +81,8 @@ type Term struct {
 // with parent.
 func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd func()) *Term {
 	ctx, cancel := context.WithCancelCause(parent)
-	_, shared := w.h.(*sharedCandidate)
 	t := &Term{
-		st: st, h: w.h, token: w.token, start: time.Now(), delay: w.delay, onEnd: onEnd, p: w.p, kept: keptSession{st: st, none: shared},
+		st: st, h: w.h, token: w.token, start: time.Now(), delay: w.delay, onEnd: onEnd, p: w.p, kept: keptSession{st: st, none: w.shared},
 		log:    log.With("token", w.token),
 		parent: parent, ctx: ctx, cancel: cancel,
 		resign: make(chan struct{}), done: make(chan struct{}),
