@@ -5,8 +5,9 @@
 // corrupt data.
 //
 // The sections below go in the order a new user needs them: running for
-// leadership, choosing a strategy, the timing contract, fencing, operating
-// an election, the errors to branch on, and the guarantees and limits. The
+// leadership, choosing a strategy, sessions, the timing contract, fencing,
+// operating an election, the errors to branch on, and the guarantees and
+// limits. The
 // module's README has a program to start from, and its docs directory the
 // protocol, the operations guide and the measurements.
 //
@@ -46,12 +47,23 @@
 // process dies the server frees the lock, and the next candidate leads
 // milliseconds later.
 //
-// A process in many elections shares sessions: past the first four GetLock
-// candidates on a *sql.DB, candidates join one session that holds all their
-// locks, renews all their terms in one statement per Interval and tries all
-// their locks in one per CheckInterval, so that their elections fail over
-// within CheckInterval. [Config.OwnSession] keeps a candidate on a session
-// of its own.
+// # Sessions
+//
+// A process in many elections shares sessions. Each of the first four
+// GetLock candidates on a *sql.DB, and each with [Config.OwnSession], pins
+// a session of its own ([SessionOwn]); every other one (and every shard of
+// [NewShards]) joins a session shared with the process's other elections
+// on that pool ([SessionShared]), which holds all their locks, renews all
+// their terms in one statement per Interval and tries all their locks in
+// one per CheckInterval: their failover follows those tries, not the
+// server's end of a session, so it takes up to CheckInterval and the term
+// start rather than milliseconds (longer when thousands fail over at once:
+// docs/benchmarks.md). LeaseRow candidates pin no session ([SessionPool]):
+// their renewals and reads go through the pool, batched per process. Which
+// one a candidate has is in its row ([Candidate.Session], electctl
+// candidates' SESSION column), in [Observer.Campaigning] and the metrics
+// adapters' session gauge, and the first candidate that shares a pool's
+// session says so in the log.
 //
 // [LeaseRow] holds the election with a lease in a row instead, renewed
 // through the pool: for Galera, multi-primary Group Replication, TiDB and
