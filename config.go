@@ -117,16 +117,11 @@ type Config struct {
 	CheckInterval time.Duration
 	// OwnSession keeps a GetLock candidate on a session of its own, which
 	// blocks in GET_LOCK, so that its election fails over in milliseconds
-	// however many elections the process is in. Without it, the first four
-	// GetLock candidates on a *sql.DB (with the same TablePrefix and
-	// timings), shards of a group (Shards) aside, get a session of their
-	// own and every later one joins a
-	// session shared with them, which holds all their locks, renews all
-	// their terms in one statement per Interval and tries all their locks
-	// in one per CheckInterval: such an election fails over within
-	// CheckInterval, and a process in any number of elections holds a few
-	// sessions (docs/operations.md, "Connections and cost to plan for").
-	// LeaseRow candidates hold no session.
+	// however many elections the process is in. Without it the candidate
+	// may share a session with the process's other elections on the pool,
+	// and fail over at that session's tries (the package doc, "Sessions",
+	// says which do; Candidate.Session shows it; the cost to plan for:
+	// docs/operations.md, "Connections and cost to plan for").
 	OwnSession bool
 	// TablePrefix starts the table names. Default DefaultTablePrefix.
 	TablePrefix string
