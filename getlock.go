@@ -419,7 +419,7 @@ func (s *pinned) begin(ctx context.Context, started time.Time, p predecessor) er
 // session holds the lock (IS_USED_LOCK) and the record names this term
 // with no demotion pending. Only when it matches nothing does a read tell
 // why.
-func (s *pinned) renew(ctx context.Context) error {
+func (s *pinned) renew(ctx context.Context, _ <-chan struct{}) error {
 	st := s.g.st
 	renewed, err := st.renew(ctx, s.conn, s.lock, s.token, s.id)
 	if err != nil {

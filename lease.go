@@ -152,7 +152,9 @@ func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor)
 // It fails only when the record names another term or asks this one to
 // step down; a failed statement is transient, retried until the local
 // lease runs out.
-func (h *leaseHold) renew(ctx context.Context) error { return h.share.renewed(ctx, h) }
+func (h *leaseHold) renew(ctx context.Context, quit <-chan struct{}) error {
+	return h.share.renewed(ctx, h, quit)
+}
 
 // release records why the term ended, a few terms at a time (spare: a
 // stopped process's leases run out at once); a lease ended as anything but

@@ -244,8 +244,8 @@ func (ls *leaseShare) unhold(h *leaseHold) {
 }
 
 // renewed waits for the next renewal, which is sent after this call, and
-// returns its outcome for h.
-func (ls *leaseShare) renewed(ctx context.Context, h *leaseHold) error {
+// returns its outcome for h; errResigning if quit closes first.
+func (ls *leaseShare) renewed(ctx context.Context, h *leaseHold, quit <-chan struct{}) error {
 	ls.mu.Lock()
 	r := ls.next
 	ls.mu.Unlock()
@@ -255,6 +255,8 @@ func (ls *leaseShare) renewed(ctx context.Context, h *leaseHold) error {
 			return err
 		}
 		return fmt.Errorf("%w: renewing the lease: the renewal left this term out", errTransient)
+	case <-quit:
+		return errResigning
 	case <-ctx.Done():
 		return fmt.Errorf("%w: renewing the lease: %w", errTransient, ctx.Err())
 	}

@@ -843,7 +843,7 @@ func (m *sharedCandidate) begin(ctx context.Context, started time.Time, p predec
 
 // renew waits for the session's next renewal, which is sent after this
 // call, and returns its outcome for this term.
-func (m *sharedCandidate) renew(ctx context.Context) error {
+func (m *sharedCandidate) renew(ctx context.Context, quit <-chan struct{}) error {
 	s := m.s
 	s.mu.Lock()
 	r := s.next
@@ -856,6 +856,8 @@ func (m *sharedCandidate) renew(ctx context.Context) error {
 		return fmt.Errorf("%w: the keepalive left this term out", ErrLockLost)
 	case <-s.lost:
 		return s.err
+	case <-quit:
+		return errResigning
 	case <-ctx.Done():
 		return fmt.Errorf("%w: keepalive: %w", ErrSessionLost, ctx.Err())
 	}

@@ -13,6 +13,9 @@ import (
 // within the lease (a lease row reached through the pool).
 var errTransient = errors.New("transient")
 
+// errResigning is a keepalive given up because the term is resigning.
+var errResigning = errors.New("election: the term is resigning")
+
 // holder is a strategy's hold on a won election, as a Term drives it.
 type holder interface {
 	// begin is what the term does once it has begun, off the path to the
@@ -21,8 +24,11 @@ type holder interface {
 	// followed.
 	begin(ctx context.Context, started time.Time, p predecessor) error
 	// renew confirms, within ctx, that the hold is still ours and extends it.
-	// An error wrapping errTransient leaves the term to its lease.
-	renew(ctx context.Context) error
+	// An error wrapping errTransient leaves the term to its lease. A
+	// keepalive that waits for a batch's round (LeaseRow, a shared
+	// session) stops waiting when quit closes, with errResigning: the term
+	// is resigning, and its end must not wait up to an Interval for it.
+	renew(ctx context.Context, quit <-chan struct{}) error
 	// release records how the leader chose to end the term and gives the
 	// election up for the next candidate.
 	release(ctx context.Context, end ending) error
@@ -257,8 +263,11 @@ func (t *Term) begin() {
 func (t *Term) renew() {
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), t.deadline())
-	err := t.h.renew(ctx)
+	err := t.h.renew(ctx, t.resign)
 	cancel()
+	if errors.Is(err, errResigning) {
+		return // the loop ends the term now
+	}
 	t.st.cfg.Observer.renewed(t.st.name, time.Since(sent), err)
 	switch {
 	case err == nil:
