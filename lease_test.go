@@ -1,6 +1,8 @@
 package election_test
 
 import (
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,5 +62,64 @@ func TestLeaseTermSurvivesAFailedHeartbeat(t *testing.T) {
 	}
 	if !term.IsLeader() || term.Err() != nil {
 		t.Fatalf("the term ended when only its candidate heartbeat failed: %v", term.Err())
+	}
+}
+
+// A LeaseRow leader's keepalive waits for its process's next batched
+// renewal, up to an Interval after the term's tick. A resignation does not
+// wait for it: the keepalive in flight is given up, so its outcome is
+// never reported. Resigned 0.9 Interval after a renewal was reported, a
+// keepalive is in flight unless the term's ticks lag the batch's rounds by
+// more than that; five terms in a row resign so.
+func TestResignationDoesNotWaitForABatchedKeepalive(t *testing.T) {
+	t.Parallel()
+	db := server.Open(t, server.NewDatabase(t))
+	ctx := ctxFor(t, time.Minute)
+	var (
+		mu      sync.Mutex
+		renewed = make(chan struct{}, 100)
+		during  int // renewals reported while Resign ran
+		resign  bool
+	)
+	cfg := election.Config{Strategy: election.LeaseRow, Identity: "a", Interval: 400 * time.Millisecond, Lease: time.Second, Margin: time.Second}
+	cfg.Observer = &election.Observer{Renewed: func(string, time.Duration, error) {
+		mu.Lock()
+		if resign {
+			during++
+		}
+		mu.Unlock()
+		select {
+		case renewed <- struct{}{}:
+		default:
+		}
+	}}
+	e := newElectorWith(t, db, "resign-batched", cfg)
+	for range 5 {
+		term, err := e.Campaign(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(renewed) > 0 {
+			<-renewed
+		}
+		select {
+		case <-renewed:
+		case <-ctx.Done():
+			t.Fatal("no keepalive reported")
+		}
+		time.Sleep(cfg.Interval * 9 / 10)
+		mu.Lock()
+		resign = true
+		mu.Unlock()
+		err = term.Resign(ctx)
+		mu.Lock()
+		resign = false
+		mu.Unlock()
+		if err != nil || !errors.Is(term.Err(), election.ErrResigned) {
+			t.Fatalf("resign: %v, the term's end %v", err, term.Err())
+		}
+	}
+	if during > 0 {
+		t.Fatalf("%d of 5 resignations waited for the keepalive in flight (its outcome was reported while Resign ran)", during)
 	}
 }
