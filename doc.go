@@ -52,8 +52,8 @@
 // A process in many elections shares sessions. Each of the first four
 // GetLock candidates on a *sql.DB, and each with [Config.OwnSession], pins
 // a session of its own ([SessionOwn]); every other one (and every shard of
-// [NewShards]) joins a session shared with the process's other elections
-// on that pool ([SessionShared]), which holds all their locks, renews all
+// [NewShards]) joins a session shared with up to 999 of the process's other
+// elections on that pool ([SessionShared]), which holds all their locks, renews all
 // their terms in one statement per Interval and tries all their locks in
 // one per CheckInterval: their failover follows those tries, not the
 // server's end of a session, so it takes up to CheckInterval and the term

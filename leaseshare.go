@@ -18,8 +18,8 @@ import (
 // the read shows it may be free. See docs/protocol.md, "Shared sessions".
 type leaseShare struct {
 	key    shareKey
-	spare  spare    // bounds the pool sessions its candidates join and try on at once
-	starts *starter // opens its candidates' terms, through spare
+	spare  spare    // bounds the pool sessions its candidates join and write on at once
+	starts *starter // opens its candidates' terms, through a spare of its own
 
 	mu      sync.Mutex
 	holding map[*leaseHold]bool
@@ -36,8 +36,7 @@ var leaseShares = newRegistry[leaseShare]()
 func leaseShareOf(st *store) *leaseShare {
 	k := shareKeyOf(st)
 	return leaseShares.use(k, func() *leaseShare {
-		sp := newSpare()
-		ls := &leaseShare{key: k, spare: sp, starts: &starter{spare: sp, db: st.db, limit: st.cfg.tryLimit()}, holding: map[*leaseHold]bool{}, waiting: map[*leaseHold]chan Record{},
+		ls := &leaseShare{key: k, spare: newSpare(), starts: &starter{spare: newSpare(), db: st.db, limit: st.cfg.tryLimit()}, holding: map[*leaseHold]bool{}, waiting: map[*leaseHold]chan Record{},
 			next: &renewal{done: make(chan struct{})}, stop: make(chan struct{}), gone: make(chan struct{})}
 		go ls.run(st.cfg.heartbeatPeriod(), st.cfg.tryLimit())
 		return ls
