@@ -943,14 +943,6 @@ func (p *presence) write(ctx context.Context, q querier, begun bool) error {
 	return nil
 }
 
-// beatIfDue refreshes a LeaseRow candidate's row once per heartbeat period.
-func (p *presence) beatIfDue(ctx context.Context, q querier) error {
-	if time.Since(p.seen) < p.st.cfg.heartbeatPeriod() {
-		return nil
-	}
-	return p.beat(ctx, q)
-}
-
 // deleteCandidate deletes this candidate's row, so that it is not offered
 // as a hand-over target once it has stopped campaigning.
 func (s *store) deleteCandidate(ctx context.Context) error {
