@@ -94,17 +94,11 @@ func echo(args ...string) string {
 	return strconv.Quote(strings.Join(args, " "))
 }
 
-// splitArgs separates args into flags (with their values) and positional
-// arguments, the first of which is the command: a flag's value is never
-// taken for the command, nor for NAME or ID. After -- every argument is
-// positional, so that a name may start with a dash.
-func splitArgs(args []string) (flags, pos []string) {
-	flags, pos, after, _ := splitCommand(args)
-	return flags, append(pos, after...)
-}
-
-// splitCommand is splitArgs that gives what follows -- apart, and whether
-// there was a --: run's command.
+// splitCommand separates args into flags (with their values) and
+// positional arguments, the first of which is the command: a flag's value
+// is never taken for the command, nor for NAME or ID. What follows -- is
+// given apart (run's command), with whether there was a --, so that a
+// name may start with a dash.
 func splitCommand(args []string) (flags, pos, after []string, dashed bool) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -141,13 +135,13 @@ func takesValue(arg string) bool {
 	return false
 }
 
-// wantsHelp reports whether flags, as splitArgs gives them, ask for help
+// wantsHelp reports whether flags, as splitCommand gives them, ask for help
 // as -h or --help. A flag's value is not a flag: --dsn -h asks for none.
 func wantsHelp(flags []string) bool {
 	for i := 0; i < len(flags); i++ {
 		switch f := flags[i]; {
 		case takesValue(f):
-			i++ // splitArgs put its value next
+			i++ // splitCommand put its value next
 		case strings.TrimLeft(f, "-") == "h", strings.TrimLeft(f, "-") == "help":
 			return true
 		}

@@ -64,7 +64,6 @@ type stEdge struct {
 	fromB    int
 	toB      int
 	bus      int // forward: the bus's index in its gap
-	lane     int // back: the lane's index below the picture
 	path     []float64
 	headDX   float64
 	headDY   float64
