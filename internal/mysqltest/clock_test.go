@@ -31,7 +31,7 @@ func TestStepClock(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))").Scan(&us); err != nil {
 			t.Fatal(err)
 		}
-		return time.UnixMicro(us).Sub(time.Now())
+		return time.Until(time.UnixMicro(us))
 	}
 	for _, offset := range []time.Duration{0, 10 * time.Second, -20 * time.Second, 90 * time.Minute, 0} {
 		if err := s.StepClock(offset); err != nil {
