@@ -177,7 +177,11 @@ const (
 	waitingColumn    = "waiting_since  DATETIME(6) NULL"
 	valueEpochColumn = "value_epoch    BIGINT UNSIGNED NULL"
 	lastedColumn     = "lasted_us      BIGINT NULL"
-	sessionColumn    = "session        VARCHAR(16) CHARACTER SET ascii NULL"
+	// SESSION is a keyword but not reserved, so the name needs no quotes:
+	// MySQL 8.4 (sql/sql_yacc.yy: ident_keywords_ambiguous_4_system_variables,
+	// barred only as a SET target), MariaDB's reserved-words list, TiDB's
+	// keywords.md; tested on MariaDB, Galera and TiDB (docs/mysql-8.4.md).
+	sessionColumn = "session        VARCHAR(16) CHARACTER SET ascii NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
