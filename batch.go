@@ -77,7 +77,7 @@ func tryRead(ctx context.Context, conn *sql.Conn, t tables, locks []string, each
 	names := literals(locks)
 	sent := time.Now()
 	rows, err := conn.QueryContext(ctx, "SELECT r.lock_name, "+tryLock("r.lock_name")+", "+recordColumns("r.lock_name")+
-		" FROM `"+t.record+"` r WHERE r.lock_name IN ("+names+")")
+		" FROM "+t.recordWithLease()+" WHERE r.lock_name IN ("+names+")")
 	if err != nil {
 		return err
 	}
@@ -164,6 +164,56 @@ func renewShared(ctx context.Context, conn *sql.Conn, tbl tables, session uint64
 		}
 	}
 	return results, rows.Err()
+}
+
+// The lease row of a shared session: its terms' records name it
+// (lease_id), and the record's reads take the renewal from it while it is
+// later than the record's own (recordWithLease). The session renews it
+// with one statement whatever the number of its terms, and a demotion of
+// any of them counts in it (store.request), so that the renewal reads the
+// terms' records only when that count has changed. Only the session itself
+// renews it: a fresh lease says the session ran a statement, so it was
+// alive, not blocked, and held every lock it had taken.
+
+// openLease writes a new lease row on the session conn and returns its
+// id. Rows older than a day, left by sessions that ended without deleting
+// theirs, go first: a live one is renewed every Interval, and one deleted
+// all the same is written again by its next renewal (leaseDemotions).
+func openLease(ctx context.Context, conn *sql.Conn, tbl tables) (uint64, error) {
+	if _, err := conn.ExecContext(ctx, "DELETE FROM `"+tbl.lease+"` WHERE renewed_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY"); err != nil {
+		return 0, err
+	}
+	id := randomID()
+	_, err := conn.ExecContext(ctx, text("INSERT INTO `"+tbl.lease+"` (lease_id, renewed_at, demotions) VALUES (?, UTC_TIMESTAMP(6), 0)", id))
+	return id, err
+}
+
+// renewLease renews lease id on its session conn if no demotion has
+// counted in it since the count was demotions, and reports whether it did.
+func renewLease(ctx context.Context, conn *sql.Conn, tbl tables, id, demotions uint64) (bool, error) {
+	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.lease+"` SET renewed_at = UTC_TIMESTAMP(6) WHERE lease_id = ? AND demotions = ?", id, demotions))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// leaseDemotions reads the demotions counted in lease id, on its session
+// conn, writing the row again if it is gone.
+func leaseDemotions(ctx context.Context, conn *sql.Conn, tbl tables, id uint64) (uint64, error) {
+	var n uint64
+	err := conn.QueryRowContext(ctx, text("SELECT demotions FROM `"+tbl.lease+"` WHERE lease_id = ?", id)).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = conn.ExecContext(ctx, text("INSERT INTO `"+tbl.lease+"` (lease_id, renewed_at, demotions) VALUES (?, UTC_TIMESTAMP(6), 0)", id))
+	}
+	return n, err
+}
+
+// closeLease deletes lease id, once its session holds no term.
+func closeLease(ctx context.Context, conn *sql.Conn, tbl tables, id uint64) error {
+	_, err := conn.ExecContext(ctx, text("DELETE FROM `"+tbl.lease+"` WHERE lease_id = ?", id))
+	return err
 }
 
 // releaseHeld frees lock, held by session q, and fails if q did not hold
@@ -271,7 +321,7 @@ func readPredecessors(ctx context.Context, conn *sql.Conn, starts []termStart) (
 	}
 	sent := time.Now()
 	reads, err := collect(ctx, conn, tbl, "record", "SELECT "+predecessorColumns(tbl, "r.lock_name", "x.identity")+", x.lock_name, e.lock_name IS NOT NULL "+
-		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN `"+tbl.record+"` r ON r.lock_name = x.lock_name "+
+		"FROM "+derived([]string{"lock_name", "identity"}, names)+" x JOIN ("+tbl.recordWithLease()+") ON r.lock_name = x.lock_name "+
 		"LEFT JOIN `"+tbl.epoch+"` e ON e.lock_name = r.lock_name", func(rows *sql.Rows) (r batchRead, err error) {
 		r.p.exists = true
 		return r, rows.Scan(append(r.p.fields(), &r.lock, &r.epochExists)...)

@@ -22,11 +22,13 @@ import (
 
 // termStart is a candidate's start of a term in one election: lock is the
 // election's lock name, session the candidate's (GetLock: its connection
-// id; LeaseRow: a random id), which the record names while it leads.
+// id; LeaseRow: a random id), which the record names while it leads, and
+// lease the lease row that renews the term (a shared session's), or 0.
 type termStart struct {
 	st      *store
 	lock    string
 	session uint64
+	lease   uint64
 }
 
 // predecessor is the last term as a new one finds it: the record, read
@@ -60,7 +62,7 @@ func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 	var p predecessor
 	sent := time.Now()
 	err := q.QueryRowContext(ctx, text("SELECT "+predecessorColumns(s.st.tbl, "?", binLiteral(s.st.cfg.Identity))+", r.lock_name IS NOT NULL "+
-		"FROM (SELECT 1) d LEFT JOIN `"+s.st.tbl.record+"` r ON r.lock_name = ?", s.lock, s.lock)).
+		"FROM (SELECT 1) d LEFT JOIN ("+s.st.tbl.recordWithLease()+") ON r.lock_name = ?", s.lock, s.lock)).
 		Scan(append(p.fields(), &p.exists)...)
 	if err != nil {
 		return p, during("reading the record", schemaError(s.st.tbl, err))
@@ -123,8 +125,8 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 	v := s.values(p, claimed, delay)
 	if !p.exists {
 		_, err := q.ExecContext(ctx, "INSERT INTO `"+s.st.tbl.record+"` "+
-			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, value_epoch, since, renewed_at) "+
-			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value, v.epoch}, ", ")+
+			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, value_epoch, lease_id, since, renewed_at) "+
+			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value, v.epoch, v.leaseID}, ", ")+
 			", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
 			return 0, errRaced
@@ -194,8 +196,8 @@ func (s termStart) continued(v claimValues) string {
 // with, as SQL: literals for one term start (values), the columns of a
 // derived table for a batch of them (claimBatched).
 type claimValues struct {
-	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, since, delayUntil, value string // written
-	token, state, renewedUS, demoteUS                                                            string // as read; demoteUS -1 for none
+	lock, name, strategy, epoch, identity, host, pid, session, leaseUS, since, delayUntil, value, leaseID string // written
+	token, state, renewedUS, demoteUS                                                                     string // as read; demoteUS -1 for none
 }
 
 // claimColumn is one of a claim's values and its name in a batch's
@@ -208,7 +210,7 @@ type claimColumn struct {
 func (v *claimValues) columns() []claimColumn {
 	return []claimColumn{{"lock_name", &v.lock}, {"name", &v.name}, {"strategy", &v.strategy}, {"epoch", &v.epoch}, {"identity", &v.identity},
 		{"host", &v.host}, {"pid", &v.pid}, {"session", &v.session}, {"lease_us", &v.leaseUS}, {"since", &v.since}, {"delay_until", &v.delayUntil},
-		{"value", &v.value}, {"token", &v.token}, {"state", &v.state}, {"renewed_us", &v.renewedUS}, {"demote_us", &v.demoteUS}}
+		{"value", &v.value}, {"lease_id", &v.leaseID}, {"token", &v.token}, {"state", &v.state}, {"renewed_us", &v.renewedUS}, {"demote_us", &v.demoteUS}}
 }
 
 // values is the claim of s after p at epoch claimed, with the lock-delay
@@ -239,10 +241,14 @@ func (s termStart) values(p predecessor, claimed uint64, delay time.Duration) cl
 	if p.rec.demoteAt.Valid {
 		demoteUS = p.rec.demoteAt.Int64
 	}
-	return claimValues{lock: lockLiteral(s.lock), name: binLiteral(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
+	leaseID := "NULL"
+	if s.lease != 0 {
+		leaseID = literal(s.lease)
+	}
+	return claimValues{lock: lockLiteral(s.lock), leaseID: leaseID, name: binLiteral(s.st.name), strategy: literal(strategy.String()), epoch: literal(claimed),
 		identity: binLiteral(s.st.cfg.Identity), host: literal(host), pid: literal(os.Getpid()), session: literal(s.session),
 		leaseUS: literal((s.st.cfg.Lease + s.st.cfg.Margin).Microseconds()), since: since, delayUntil: delayUntil, value: binLiteral(s.st.proclaimed()),
-		token: literal(p.rec.Token), state: literal(p.rec.State), renewedUS: literal(p.rec.Renewed.UnixMicro()), demoteUS: literal(demoteUS)}
+		token: literal(p.rec.Token), state: literal(p.rec.State), renewedUS: literal(p.rec.renewedUS.Int64), demoteUS: literal(demoteUS)}
 }
 
 // bumped is the epoch column col bumped for a claim at claimed (SQL): by
@@ -256,7 +262,8 @@ func (s termStart) set(v claimValues, join string) string {
 	return "UPDATE `" + s.st.tbl.record + "` r " + join + " SET r.name = " + v.name + ", r.strategy = " + v.strategy + ", r.epoch = " + v.epoch +
 		", r.state = " + literal(stateLeading) + ", r.holder = " + v.identity + ", r.host = " + v.host + ", r.pid = " + v.pid +
 		", r.conn_id = " + v.session + ", r.lease_us = " + v.leaseUS + ", r.since = " + v.since + ", r.renewed_at = UTC_TIMESTAMP(6), " +
-		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil + ", r.value = " + v.value + ", r.value_epoch = " + v.epoch
+		"r.ended_at = NULL, r.demote_epoch = NULL, r.demote_at = NULL, r.handover_to = NULL, r.handover_until = NULL, r.delay_until = " + v.delayUntil + ", r.value = " + v.value + ", r.value_epoch = " + v.epoch +
+		", r.lease_id = " + v.leaseID
 }
 
 // unchanged is the claim's condition: the record as read, the term it

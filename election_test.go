@@ -738,13 +738,13 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 		{"database name", "SELECT DATABASE()", "reaching the server"},
 		{"server variables", "SHOW GLOBAL VARIABLES", "reading the server's variables"},
 	}
-	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
+	for _, tbl := range []string{"record", "epoch", "candidate", "term", "lease"} {
 		prepare = append(prepare, step{"create " + tbl, "CREATE TABLE IF NOT EXISTS `election_" + tbl + "`", "creating the tables"})
 	}
-	for _, tbl := range []string{"record", "epoch", "candidate", "term"} {
-		prepare = append(prepare, step{"check " + tbl, "SELECT lock_name FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
+	for _, tbl := range []string{"record", "epoch", "candidate", "term", "lease"} {
+		prepare = append(prepare, step{"check " + tbl, "SELECT 1 FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
 	}
-	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value, value_epoch FROM `election_record` LIMIT 0", "checking the tables"},
+	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value, value_epoch, lease_id FROM `election_record` LIMIT 0", "checking the tables"},
 		step{"check the candidate's added columns", "SELECT value, priority, version, healthy, waiting_since, session FROM `election_candidate` LIMIT 0", "checking the tables"},
 		step{"check the term's added columns", "SELECT server, lasted_us FROM `election_term` LIMIT 0", "checking the tables"})
 	session := []step{

@@ -179,6 +179,7 @@ func ExampleSchemaDDL() {
 	// CREATE TABLE IF NOT EXISTS `election_epoch` (
 	// CREATE TABLE IF NOT EXISTS `election_candidate` (
 	// CREATE TABLE IF NOT EXISTS `election_term` (
+	// CREATE TABLE IF NOT EXISTS `election_lease` (
 }
 
 func ExampleElector_TryRun() {

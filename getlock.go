@@ -303,7 +303,7 @@ func (s *pinned) contend(ctx context.Context) error {
 		return nil
 	}
 	st := s.g.st
-	p, err := termStart{st, s.lock, s.id}.read(ctx, s.conn)
+	p, err := termStart{st, s.lock, s.id, 0}.read(ctx, s.conn)
 	s.watch, s.lookedAt = st.cfg.CheckInterval, time.Time{}
 	if err != nil || !p.exists {
 		return err
@@ -360,7 +360,7 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, err
 	// network partition would otherwise wait for the caller's context.
 	ctx, cancel := context.WithTimeout(ctx, s.g.st.cfg.tryLimit())
 	defer cancel()
-	start := termStart{s.g.st, s.lock, s.id}
+	start := termStart{s.g.st, s.lock, s.id, 0}
 	if looked := s.lookedAt; !looked.IsZero() {
 		s.lookedAt = time.Time{}
 		token, p, err := start.claimOnLook(ctx, s.conn, s.looked, time.Since(looked))
@@ -409,7 +409,7 @@ func (s *pinned) begin(ctx context.Context, started time.Time, p predecessor) er
 		}
 		s.deputy = false
 	}
-	return termStart{s.g.st, s.lock, s.id}.writeHistory(ctx, s.g.st.db, s.token, p, started)
+	return termStart{s.g.st, s.lock, s.id, 0}.writeHistory(ctx, s.g.st.db, s.token, p, started)
 }
 
 // renew stamps the record and confirms that this session still holds the

@@ -541,7 +541,7 @@ func TestTermStartsInOneStatementAfterTheWake(t *testing.T) {
 	looks := func(stmts []string) int { // reads of the record as a term start or the deputy makes them
 		n := 0
 		for _, q := range stmts {
-			if strings.Contains(q, "FROM (SELECT 1) d LEFT JOIN `election_record` r") {
+			if strings.Contains(q, "FROM (SELECT 1) d LEFT JOIN (`election_record` r") {
 				n++
 			}
 		}

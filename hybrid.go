@@ -67,9 +67,10 @@ type Record struct {
 	// It is written by the leader's code: print it quoted.
 	Value string
 
-	demoted  bool          // a demotion of this term was requested (DemotedAgo counts from it)
-	demoteAt sql.NullInt64 // the last request's time as stored, µs, for the claim's compare-and-set
-	nowUS    int64         // the database clock when the record was read, µs since the Unix epoch
+	demoted   bool          // a demotion of this term was requested (DemotedAgo counts from it)
+	demoteAt  sql.NullInt64 // the last request's time as stored, µs, for the claim's compare-and-set
+	renewedUS sql.NullInt64 // the record's own renewed_at, µs, for the same (Renewed may be its session's lease's)
+	nowUS     int64         // the database clock when the record was read, µs since the Unix epoch
 
 	// The reader's watch (store.vouch), for a record a candidate decides
 	// by: when the read returned, on the local monotonic clock, and the

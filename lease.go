@@ -20,9 +20,14 @@ type leaseRow struct {
 // newLeaseRow draws the candidate's id once: a claim left behind by a
 // failed start is then still recognised as its own.
 func newLeaseRow(st *store, log *slog.Logger) *leaseRow {
+	return &leaseRow{st: st, log: log, id: randomID()}
+}
+
+// randomID draws an id below 2^63 (anyHolder is above).
+func randomID() uint64 {
 	var b [8]byte
 	rand.Read(b[:])
-	return &leaseRow{st: st, log: log, id: binary.BigEndian.Uint64(b[:]) >> 1}
+	return binary.BigEndian.Uint64(b[:]) >> 1
 }
 
 // leaseHold is a candidate of the LeaseRow strategy. It pins no session:
@@ -133,7 +138,7 @@ func (l *leaseRow) watchOnce(ctx context.Context, h *leaseHold, rec Record) (won
 // While the lease is held that is one plain read (termStart.read):
 // waiters take no row locks.
 func (h *leaseHold) take(ctx context.Context) (*opening, error) {
-	o, err := h.share.starts.startBatched(ctx, termStart{h.st, h.lock, h.id}, nil)
+	o, err := h.share.starts.startBatched(ctx, termStart{h.st, h.lock, h.id, 0}, nil)
 	if err == nil {
 		h.token = o.token
 	}
@@ -144,7 +149,7 @@ func (h *leaseHold) take(ctx context.Context) (*opening, error) {
 // few terms at a time (spare).
 func (h *leaseHold) begin(ctx context.Context, started time.Time, p predecessor) error {
 	return h.share.spare.run(ctx, func() error {
-		return termStart{h.st, h.lock, h.id}.writeHistory(ctx, h.st.db, h.token, p, started)
+		return termStart{h.st, h.lock, h.id, 0}.writeHistory(ctx, h.st.db, h.token, p, started)
 	})
 }
 

@@ -135,6 +135,7 @@ func TestRemove(t *testing.T) {
 		for _, table := range []string{"record", "epoch", "candidate", "term"} {
 			grants = append(grants, "GRANT SELECT, DELETE ON `"+dbName+"`.election_"+table+" TO %s")
 		}
+		grants = append(grants, "GRANT SELECT ON `"+dbName+"`.election_lease TO %s")
 		ops := newOperator(t, openAsUser(t, dbName, "remover_"+dbName, grants...), "retired")
 		if err := ops.Remove(ctx); !errors.Is(err, election.ErrInUse) {
 			t.Fatalf("Remove while a leads: %v, want ErrInUse", err)

@@ -16,7 +16,8 @@ import (
 )
 
 // DefaultTablePrefix starts the names of the tables the package uses:
-// election_record, election_epoch, election_candidate and election_term.
+// election_record, election_epoch, election_candidate, election_term and
+// election_lease.
 const DefaultTablePrefix = "election"
 
 // maxNameBytes is what the record's TEXT column holds.
@@ -30,13 +31,14 @@ type tables struct {
 	epoch     string // the fencing row: only term starts write it
 	candidate string // one heartbeat row per candidate
 	term      string // the history of terms
+	lease     string // one keepalive row per shared session, for all its terms
 }
 
 func tablesFor(prefix string) tables {
-	return tables{record: prefix + "_record", epoch: prefix + "_epoch", candidate: prefix + "_candidate", term: prefix + "_term"}
+	return tables{record: prefix + "_record", epoch: prefix + "_epoch", candidate: prefix + "_candidate", term: prefix + "_term", lease: prefix + "_lease"}
 }
 
-func (t tables) all() []string { return []string{t.record, t.epoch, t.candidate, t.term} }
+func (t tables) all() []string { return []string{t.record, t.epoch, t.candidate, t.term, t.lease} }
 
 func validatePrefix(prefix string) error {
 	if !prefixPattern.MatchString(prefix) {
@@ -97,6 +99,7 @@ func ddl(t tables) []string {
 			"  " + delayColumn + ",\n" +
 			"  " + valueColumn + ",\n" +
 			"  " + valueEpochColumn + ",\n" +
+			"  " + leaseColumn + ",\n" +
 			"  PRIMARY KEY (lock_name)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
@@ -134,6 +137,16 @@ func ddl(t tables) []string {
 			"  " + lastedColumn + ",\n" +
 			"  PRIMARY KEY (lock_name, epoch)\n" +
 			") ENGINE=InnoDB",
+		// A shared session's terms are renewed through this row, in one
+		// statement whatever their number; a demotion of any of them counts
+		// here too, so that the keepalive need not read their records to
+		// find it (docs/protocol.md, "Shared sessions").
+		"CREATE TABLE IF NOT EXISTS `" + t.lease + "` (\n" +
+			"  lease_id       BIGINT UNSIGNED NOT NULL,\n" +
+			"  renewed_at     DATETIME(6) NOT NULL,\n" +
+			"  demotions      BIGINT UNSIGNED NOT NULL DEFAULT 0,\n" +
+			"  PRIMARY KEY (lease_id)\n" +
+			") ENGINE=InnoDB",
 	}
 }
 
@@ -166,7 +179,10 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //   - lastedColumn, the term table's: how long the term lasted by its
 //     leader's own clock (TermRecord.Lasted);
 //   - sessionColumn, the candidate's: how it reaches the server
-//     (Candidate.Session).
+//     (Candidate.Session);
+//   - leaseColumn, the record's: the lease row of the shared session that
+//     holds the term, which renews it (NULL for a session of its own and
+//     for LeaseRow).
 const (
 	serverColumn     = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
 	delayColumn      = "delay_until    DATETIME(6) NULL"
@@ -182,6 +198,7 @@ const (
 	// barred only as a SET target), MariaDB's reserved-words list, TiDB's
 	// keywords.md; tested on MariaDB, Galera and TiDB (docs/mysql-8.4.md).
 	sessionColumn = "session        VARCHAR(16) CHARACTER SET ascii NULL"
+	leaseColumn   = "lease_id       BIGINT UNSIGNED NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -202,6 +219,7 @@ func (t tables) added() []column {
 		{t.candidate, "waiting_since", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + waitingColumn + " AFTER healthy"},
 		{t.term, "lasted_us", "ALTER TABLE `" + t.term + "` ADD COLUMN " + lastedColumn + " AFTER reason"},
 		{t.candidate, "session", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + sessionColumn + " AFTER waiting_since"},
+		{t.record, "lease_id", "ALTER TABLE `" + t.record + "` ADD COLUMN " + leaseColumn + " AFTER value_epoch"},
 	}
 }
 
@@ -284,7 +302,7 @@ func checkSchema(ctx context.Context, db *sql.DB, t tables) error {
 // if a table is missing or cannot be read.
 func missingColumns(ctx context.Context, db *sql.DB, t tables) ([]column, error) {
 	for _, name := range t.all() {
-		if _, err := db.ExecContext(ctx, "SELECT lock_name FROM `"+name+"` LIMIT 0"); err != nil {
+		if _, err := db.ExecContext(ctx, "SELECT 1 FROM `"+name+"` LIMIT 0"); err != nil {
 			return nil, during("checking the tables", schemaError(t, err))
 		}
 	}
@@ -364,8 +382,8 @@ func schemaError(t tables, err error) error {
 // grants lists the privileges each role needs on the tables t.
 func grants(t tables) string {
 	return "candidates need SELECT, INSERT, UPDATE on `" + t.record + "` and `" + t.epoch + "` and SELECT, INSERT, UPDATE, DELETE on `" +
-		t.candidate + "` and `" + t.term + "`; operators that demote or hand over need SELECT on all four and UPDATE on `" + t.record +
-		"` and `" + t.term + "`; readers need SELECT (docs/operations.md, \"Set-up for DBAs\")"
+		t.candidate + "`, `" + t.term + "` and `" + t.lease + "`; operators that demote or hand over need SELECT on all five and UPDATE on `" + t.record +
+		"`, `" + t.term + "` and `" + t.lease + "`; readers need SELECT (docs/operations.md, \"Set-up for DBAs\")"
 }
 
 // lockName derives the server-wide GET_LOCK name of an election. Lock names

@@ -90,7 +90,7 @@ func TestMissingGrantOnExistingTables(t *testing.T) {
 	msg := fmt.Sprint(err)
 	denied := strings.Contains(msg, "UPDATE command denied") || strings.Contains(msg, "privilege check for 'Update' fail") // TiDB's
 	if !errors.Is(err, election.ErrSchema) || !denied ||
-		!strings.Contains(msg, "UPDATE on `election_record` and `election_term`; readers") || strings.Contains(msg, "CREATE TABLE") ||
+		!strings.Contains(msg, "UPDATE on `election_record`, `election_term` and `election_lease`; readers") || strings.Contains(msg, "CREATE TABLE") ||
 		!strings.Contains(msg, `set Config.TablePrefix, electctl --prefix: this one is "election"`) {
 		t.Fatalf("demote by a SELECT-only user: %v", err)
 	}

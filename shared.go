@@ -173,10 +173,17 @@ func (sh *sessionShare) forget(s *sharedSession) {
 type sharedSession struct {
 	sh   *sessionShare
 	conn *sql.Conn
-	id   uint64        // the session's id on the server (sessionID)
-	use  turns         // one statement sequence at a time; the loop's first
-	quit chan struct{} // closed when the loop is to stop
-	gone chan struct{} // closed when the loop has stopped
+	id   uint64 // the session's id on the server (sessionID)
+	// lease is the id of its lease row, which renews its terms (openLease);
+	// demotions, the count of demotions there as of the last renewal that
+	// read its terms' records, which full asks the next one to do. The
+	// renewal alone uses them.
+	lease     uint64
+	demotions uint64
+	full      bool
+	use       turns         // one statement sequence at a time; the loop's first
+	quit      chan struct{} // closed when the loop is to stop
+	gone      chan struct{} // closed when the loop has stopped
 
 	mu       sync.Mutex
 	alive    time.Time // when the last statement the server answered was sent
@@ -211,6 +218,7 @@ type sharedCandidate struct {
 	waiting bool      // the poll tries its lock
 	holding bool      // the renewal renews its term
 	skip    time.Time // no try before then (a pending hand-over to another)
+	refused error     // why a renewal refused its term (demoted, lost), if one did
 }
 
 // joinSession adds a candidate of election lock to a shared session that
@@ -269,6 +277,10 @@ func (sh *sessionShare) openSession(ctx context.Context, st *store, m *sharedCan
 	if s.id, err = sessionID(ctx, conn); err != nil {
 		drop(conn)
 		return nil, during("setting up the session", refusal(err))
+	}
+	if s.lease, err = openLease(ctx, conn, st.tbl); err != nil {
+		drop(conn)
+		return nil, during("writing the session's lease", schemaError(st.tbl, err))
 	}
 	sh.mu.Lock()
 	sh.sessions = append(sh.sessions, s)
@@ -519,6 +531,11 @@ func (s *sharedSession) fail(err error) {
 func (s *sharedSession) run() {
 	defer close(s.gone)
 	defer drop(s.conn)
+	defer func() { // its last user: no turn to take
+		ctx, cancel := context.WithTimeout(context.Background(), s.sh.key.interval)
+		defer cancel()
+		closeLease(ctx, s.conn, s.sh.key.tbl, s.lease)
+	}()
 	renewing := make(chan struct{})
 	go func() {
 		defer close(renewing)
@@ -679,10 +696,13 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 	return nil
 }
 
-// renewAll renews the terms of every candidate that leads on this session,
-// as pinned.renew does for one, in one statement per lockBatch of them. A
-// read of a batch's terms follows only when some did not match, to tell
-// which and why.
+// renewAll renews the terms of every candidate that leads on this
+// session: by renewing the session's lease, in one statement, while no
+// demotion has counted there since its terms' records were last read;
+// else as pinned.renew does for one, in one statement per lockBatch of
+// them, each followed by a read of its terms only when some did not
+// match, to tell which and why. A term refused once (demoted, lost) is
+// never renewed again.
 func (s *sharedSession) renewAll() {
 	s.mu.Lock()
 	r := s.next
@@ -696,6 +716,39 @@ func (s *sharedSession) renewAll() {
 	s.mu.Unlock()
 	defer close(r.done)
 	r.results = make(map[string]error, len(holding))
+	if len(holding) == 0 {
+		return
+	}
+	renewed := false
+	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
+		if !s.full {
+			renewed, err = renewLease(ctx, conn, s.sh.key.tbl, s.lease, s.demotions)
+			s.full = err == nil && !renewed
+		}
+		return err
+	})
+	if renewed || err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, m := range holding {
+			r.results[m.lock] = m.refused
+			if err != nil {
+				r.results[m.lock] = keepaliveFailed(err)
+			}
+		}
+		return
+	}
+	var demotions uint64
+	if err := s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
+		demotions, err = leaseDemotions(ctx, conn, s.sh.key.tbl, s.lease)
+		return err
+	}); err != nil {
+		for _, m := range holding {
+			r.results[m.lock] = keepaliveFailed(err)
+		}
+		return
+	}
+	failed := false
 	for len(holding) > 0 {
 		batch := holding[:min(len(holding), lockBatch)]
 		holding = holding[len(batch):]
@@ -711,16 +764,32 @@ func (s *sharedSession) renewAll() {
 			return err
 		})
 		if err != nil {
-			if !errors.Is(err, ErrSessionLost) {
-				// Refused (a lock wait, a deadlock): the terms try again
-				// within their leases.
-				err = fmt.Errorf("%w: keepalive: %w", errTransient, err)
-			}
+			failed = true
 			for _, m := range batch {
-				r.results[m.lock] = err
+				r.results[m.lock] = keepaliveFailed(err)
 			}
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.members {
+		if err := r.results[m.lock]; err != nil && !errors.Is(err, errTransient) && !errors.Is(err, ErrSessionLost) {
+			m.refused = err
+		}
+	}
+	if !failed {
+		s.demotions, s.full = demotions, false
+	}
+}
+
+// keepaliveFailed is a term's outcome of a renewal that failed with err:
+// refused (a lock wait, a deadlock), the terms try again within their
+// leases.
+func keepaliveFailed(err error) error {
+	if errors.Is(err, ErrSessionLost) {
+		return err
+	}
+	return fmt.Errorf("%w: keepalive: %w", errTransient, err)
 }
 
 // acquireShared waits, on a shared session, until this candidate has won the
@@ -796,7 +865,7 @@ func (sh *sessionShare) acquireShared(ctx context.Context, g *getLock, lock stri
 // the session ends), and the claim, which stamps the record, was sent
 // after it, so the lease ends before the record goes stale.
 func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, predecessor, error) {
-	o, err := m.s.sh.starts.startBatched(ctx, termStart{m.st, m.lock, m.s.id}, func() time.Time {
+	o, err := m.s.sh.starts.startBatched(ctx, termStart{m.st, m.lock, m.s.id, m.s.lease}, func() time.Time {
 		m.s.mu.Lock()
 		defer m.s.mu.Unlock()
 		return m.s.alive
@@ -806,7 +875,7 @@ func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, 
 	}
 	m.token = o.token
 	m.s.mu.Lock()
-	m.holding = true
+	m.holding, m.refused = true, nil
 	m.s.mu.Unlock()
 	return o.sent, o.delay, o.p, nil
 }
@@ -847,7 +916,7 @@ func (m *sharedCandidate) leaveSession() {
 // time (spare).
 func (m *sharedCandidate) begin(ctx context.Context, started time.Time, p predecessor) error {
 	return m.s.sh.spare.run(ctx, func() error {
-		return termStart{m.st, m.lock, m.s.id}.writeHistory(ctx, m.st.db, m.token, p, started)
+		return termStart{m.st, m.lock, m.s.id, m.s.lease}.writeHistory(ctx, m.st.db, m.token, p, started)
 	})
 }
 

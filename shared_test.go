@@ -104,6 +104,26 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	if led != n || bySession[shared] != n-4 {
 		t.Fatalf("a leads %d elections, %v by session, want %d, %d of them on one shared session", led, bySession, n, n-4)
 	}
+	// The shared session renews its terms through its lease alone: their
+	// records name it and are not written again, yet each reads as
+	// renewed within the last few intervals.
+	var leases int
+	var renewedAt string
+	if err := admin.QueryRowContext(ctx, "SELECT COUNT(DISTINCT lease_id), MAX(renewed_at) FROM election_record WHERE conn_id = ?", shared).Scan(&leases, &renewedAt); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * fast.Interval)
+	var renewedLater string
+	admin.QueryRowContext(ctx, "SELECT MAX(renewed_at) FROM election_record WHERE conn_id = ?", shared).Scan(&renewedLater)
+	if leases != 1 || renewedLater != renewedAt {
+		t.Fatalf("the shared session's %d terms name %d leases, and their records were renewed from %s to %s: want one lease, and no record written", n-4, leases, renewedAt, renewedLater)
+	}
+	for i := range n {
+		rec, err := newOperator(t, admin, fmt.Sprintf("e%02d", i)).Leader(ctx)
+		if err != nil || rec.RenewedAgo > 2*fast.Interval {
+			t.Fatalf("e%02d: %+v %v: want a leader renewed within two intervals", i, rec, err)
+		}
+	}
 	// Candidates shows which of them share a session: each pool's first
 	// four have their own.
 	for _, holder := range []string{"a", "b"} {
@@ -149,6 +169,8 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	if _, bySession := ledBy("a"); bySession[shared] != n-4-1 {
 		t.Fatalf("after demoting %s, a leads %v by session, want %d on the shared session %d", demoted, bySession, n-4-1, shared)
 	}
+	var killedLease uint64
+	admin.QueryRowContext(ctx, "SELECT lease_id FROM election_record WHERE conn_id = ? LIMIT 1", shared).Scan(&killedLease)
 	if _, err := admin.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", shared)); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +182,22 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	})
 	stop()
 	running.Wait()
+	// Each shared session deleted its lease as it closed, but the one
+	// killed, whose row waits a day for a session opening to delete it.
+	var left []uint64
+	rows, err := admin.QueryContext(ctx, "SELECT lease_id FROM election_lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id uint64
+		rows.Scan(&id)
+		left = append(left, id)
+	}
+	rows.Close()
+	if len(left) != 1 || left[0] != killedLease {
+		t.Errorf("leases left: %v, want only the killed session's, %d", left, killedLease)
+	}
 
 	writes, elections := checkWritesPer(t, admin, "SELECT election, token, holder FROM writes ORDER BY id")
 	if writes == 0 {

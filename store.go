@@ -338,7 +338,7 @@ func recordsOf(ctx context.Context, q querier, t tables, locks []string) ([]Reco
 }
 
 func readRecords(ctx context.Context, q querier, t tables, where string, args ...any) ([]Record, error) {
-	return collect(ctx, q, t, "record", text("SELECT "+recordColumns("r.lock_name")+" FROM `"+t.record+"` r "+where+" ORDER BY r.name", args...),
+	return collect(ctx, q, t, "record", text("SELECT "+recordColumns("r.lock_name")+" FROM "+t.recordWithLease()+" "+where+" ORDER BY r.name", args...),
 		func(rows *sql.Rows) (Record, error) {
 			var r Record
 			err := rows.Scan(r.fields()...)
@@ -346,17 +346,28 @@ func readRecords(ctx context.Context, q querier, t tables, where string, args ..
 		})
 }
 
-// recordColumns selects, from the record as r, what Record holds, with
+// recordWithLease is the record as r, and as l the lease row of the
+// shared session that holds its term, while it leads: the session renews
+// the term there (renewedAt).
+func (t tables) recordWithLease() string {
+	return "`" + t.record + "` r LEFT JOIN `" + t.lease + "` l ON l.lease_id = r.lease_id AND r.state = " + literal(stateLeading)
+}
+
+// renewedAt is the last renewal of the term the record names, from
+// recordWithLease: its own, or its session's lease's if later.
+const renewedAt = "GREATEST(r.renewed_at, COALESCE(l.renewed_at, r.renewed_at))"
+
+// recordColumns selects, from recordWithLease, what Record holds, with
 // owner naming the election's lock for IS_USED_LOCK. A missing row (a LEFT
 // JOIN's) reads as NULLs, which Record.fields takes as zeros. The value is
 // the term's only if its claim wrote it: the claim of a version before
 // values leaves the last one.
 func recordColumns(owner string) string {
 	return "r.name, r.strategy, r.state, r.epoch, r.holder, r.host, r.pid, r.conn_id, " +
-		utcMicros("r.since") + ", " + utcMicros("r.renewed_at") + ", " + utcMicros("r.ended_at") + ", " +
-		ageMicros("r.renewed_at") + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
+		utcMicros("r.since") + ", " + utcMicros(renewedAt) + ", " + utcMicros("r.ended_at") + ", " +
+		ageMicros(renewedAt) + ", r.lease_us, IS_USED_LOCK(" + owner + "), " +
 		"r.demote_epoch = r.epoch, IF(r.demote_epoch = r.epoch, " + ageMicros("r.demote_at") + ", NULL), " + utcMicros("r.demote_at") + ", r.handover_to, " +
-		"IF(r.value_epoch <=> r.epoch, r.value, NULL), " + utcMicros("UTC_TIMESTAMP(6)")
+		"IF(r.value_epoch <=> r.epoch, r.value, NULL), " + utcMicros("r.renewed_at") + ", " + utcMicros("UTC_TIMESTAMP(6)")
 }
 
 // fields returns the scan targets for recordColumns' columns, which fill
@@ -366,7 +377,7 @@ func (r *Record) fields() []any {
 		scanned(&r.PID), scanned(&r.ConnID),
 		scannedTime(&r.Since), scannedTime(&r.Renewed), scannedTime(&r.Ended),
 		scannedRenewal(&r.RenewedAgo), scannedAge(&r.Expiry), scanned(&r.LockConnID),
-		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo), scanned(&r.Value), &r.nowUS}
+		scanned(&r.demoted), scannedAge(&r.DemotedAgo), &r.demoteAt, scanned(&r.HandoverTo), scanned(&r.Value), &r.renewedUS, &r.nowUS}
 }
 
 // collect runs query through q and scans each of its rows with scan; what
@@ -1070,13 +1081,15 @@ func (s *store) request(ctx context.Context, lock string, token uint64, to strin
 	// The hand-over preference outlives the demotion long enough for the
 	// target to win the lock, and no longer: a target that died meanwhile
 	// must not block the election.
-	res, err := write(ctx, s.db, text("UPDATE `"+s.tbl.record+"` SET demote_epoch = epoch, demote_at = UTC_TIMESTAMP(6), "+
-		"handover_to = ?, handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * lease_us) MICROSECOND "+
-		"WHERE lock_name = ? AND epoch = ? AND state = ? AND (? OR NOT (demote_epoch <=> epoch))", handTo, holdUS, lock, token, stateLeading, replace))
+	// The term's lease, if a shared session holds it, counts the demotion:
+	// that session's renewal reads its terms' records only then.
+	res, err := write(ctx, s.db, text("UPDATE "+s.tbl.recordWithLease()+" SET r.demote_epoch = r.epoch, r.demote_at = UTC_TIMESTAMP(6), "+
+		"r.handover_to = ?, r.handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * r.lease_us) MICROSECOND, l.demotions = l.demotions + 1 "+
+		"WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ? AND (? OR NOT (r.demote_epoch <=> r.epoch))", handTo, holdUS, lock, token, stateLeading, replace))
 	if err != nil {
 		return during("requesting the demotion", schemaError(s.tbl, err))
 	}
-	if n, _ := res.RowsAffected(); n != 1 {
+	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNoLeader // the term ended meanwhile
 	}
 	return nil

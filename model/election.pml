@@ -15,7 +15,9 @@
  * DOWNSTREAM (writes to a Fence), FAILOVER (the primary dies once), INFLIGHT
  * (a downstream write arrives late), CLOCKSTEP (the server's clock steps,
  * forward or back, any number of times, and the waiters judge ages by their
- * own watch of it: see below). Config.Health needs no option: an
+ * own watch of it: see below), SESSION_LEASE (GetLock: the term is one of
+ * many on a shared session, whose record is renewed by the session's one
+ * lease: see renew_eval). Config.Health needs no option: an
  * unhealthy leader's end is a Resign, which any leader may do at any time.
  * A variant removes one rule of the safety argument:
  *
@@ -276,6 +278,17 @@ inline sess_die(c) {
 	   :: else fi
 }
 
+/* SESSION_LEASE: the record of a term on a shared session takes its
+ * renewal from the session's lease row (sharedSession.renewAll), which the
+ * session's keepalive renews whether or not this term still holds: a
+ * demoted term's record stays fresh while its session lives. The keepalive
+ * tells the term whether it was demoted as before (the demotion counter). */
+#ifdef SESSION_LEASE
+#define LEASE_RENEWS(c, age) if :: rholder == c && rstate == LEADING -> renew_age = age; NEW_RENEWAL() :: else fi
+#else
+#define LEASE_RENEWS(c, age) skip
+#endif
+
 /* store.renew on the server, for a keepalive sent `age` ticks ago; then the
  * read of pinned.renew or leaseHold.renew that tells why it matched nothing */
 #ifdef RENEW_UNCHECKED
@@ -289,7 +302,7 @@ inline sess_die(c) {
 inline renew_eval(c, age) {
 	if
 	:: OURS(c) && CLEAR(c) -> renew_age = age; NEW_RENEWAL(); ka[c] = R_OK
-	:: OURS(c) && !CLEAR(c) -> ka[c] = R_DEMOTED
+	:: OURS(c) && !CLEAR(c) -> LEASE_RENEWS(c, age); ka[c] = R_DEMOTED
 	:: else -> ka[c] = R_LOST
 	fi
 }
@@ -624,6 +637,14 @@ proctype Env() {
 		(HUNG || demoted && demote_age >= DSTALE) ->
 		printf("c%d's session killed: renewed %d ago, demoted %d ago\n", rholder, renew_age, demote_age);
 		sess_die(rholder); rstate = KILLED }
+#ifdef SESSION_LEASE
+	/* the keepalive of the session's other terms renews the lease: a
+	 * statement on the holder's session, which runs only while it lives and
+	 * is not blocked, and keeps it from idling out */
+	:: d_step { srv != DOWN && rstate == LEADING && rlive && sess[rholder] == IDLE ->
+		renew_age = 0; NEW_RENEWAL(); idle[rholder] = 0;
+		printf("c%d's session renews its lease for its other terms\n", rholder) }
+#endif
 #ifdef EXTKILL
 	/* a KILL from outside, a proxy's reset: the documented window */
 	:: d_step { !nkill && cst[0] == LEAD && sess[0] != DEAD -> nkill = 1; cut[0] = EXCUSED(0); sess_die(0);

@@ -314,7 +314,7 @@ func TestScale(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Runs) != 2 || res.Runs[0].Many == nil || res.Runs[1].Many != nil {
+	if len(res.Runs) != 2 || len(res.Runs[0].Many) != 1 || res.Runs[1].Many != nil {
 		t.Fatalf("runs: %+v", res.Runs)
 	}
 	for _, r := range res.Runs {
@@ -334,7 +334,7 @@ func TestScale(t *testing.T) {
 		}
 	}
 	// GetLock pins a session per elector: at least one per election and process.
-	if c := res.Runs[0].Many.Cost; c.Elections != 3 || c.Candidates != 2 || c.Connections < 6 || c.QueriesPerSec <= 0 ||
+	if c := res.Runs[0].Many[0].Cost; c.Elections != 3 || c.Candidates != 2 || c.Connections < 6 || c.QueriesPerSec <= 0 ||
 		c.ServerRSS <= 0 || c.ProcRSS <= 0 {
 		t.Errorf("many elections: %+v", c)
 	}

@@ -7,16 +7,19 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sqlelect/election/internal/mysqltest"
 )
 
-// The goals of the scale issue, as ratios of -large to -small candidates.
+// The goals of scaling, as ratios of -large to -small candidates, and of
+// the most to the fewest -elections.
 const (
 	goalStatements = 1.5 // statements/s of the idle election
 	goalFailover   = 2   // median SIGKILL failover
+	goalServerCPU  = 1.5 // the idle server's CPU
 )
 
 // scaleResults are what the scale subcommand writes to -json.
@@ -30,14 +33,14 @@ type scaleResults struct {
 // -small candidates in -elections elections each, with the ratios of large
 // to small (-1: not measured).
 type scaleRun struct {
-	Contender        string      `json:"contender"`
-	Small            scalePoint  `json:"small"`
-	Large            scalePoint  `json:"large"`
-	Many             *scalePoint `json:"many_elections,omitempty"`
-	ManyKill         *manyKill   `json:"many_elections_sigkill,omitempty"`
-	StatementsRatio  float64     `json:"statements_ratio"`
-	RoundTripsRatio  float64     `json:"round_trips_ratio"`
-	FailoverP50Ratio float64     `json:"failover_p50_ratio"`
+	Contender        string       `json:"contender"`
+	Small            scalePoint   `json:"small"`
+	Large            scalePoint   `json:"large"`
+	Many             []scalePoint `json:"many_elections,omitempty"`
+	ManyKill         []manyKill   `json:"many_elections_sigkill,omitempty"`
+	StatementsRatio  float64      `json:"statements_ratio"`
+	RoundTripsRatio  float64      `json:"round_trips_ratio"`
+	FailoverP50Ratio float64      `json:"failover_p50_ratio"`
 }
 
 // scalePoint is one arena's run: its idle cost, its SIGKILL failovers (none
@@ -63,7 +66,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 	small := fs.Int("small", 3, "candidate processes of the small arena")
 	large := fs.Int("large", 1000, "candidate processes of the large arena")
 	reps := fs.Int("reps", 5, "SIGKILL failovers per arena")
-	elections := fs.Int("elections", 100, "elections each of -small processes is a candidate in, in one more arena per library contender (1: no such arena)")
+	electionsList := fs.String("elections", "100", "elections each of -small processes is a candidate in, in one more arena per library contender and count (comma-separated; 1: no such arena); with two or more, the idle server's CPU of the last against the first")
 	shards := fs.Bool("shards", false, "make those elections the shards of one group (election.Shards), and report when the spread is even again after the SIGKILL")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,8 +75,16 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 	if err := known("contender", cs, allContenders); err != nil {
 		return err
 	}
-	if *small < 1 || *large < 1 || *reps < 1 || *elections < 1 {
-		return errors.New("-small, -large, -reps and -elections must be at least 1")
+	var elections []int
+	for _, f := range strings.Split(*electionsList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-elections %q: want counts of at least 1, comma-separated", *electionsList)
+		}
+		elections = append(elections, n)
+	}
+	if *small < 1 || *large < 1 || *reps < 1 {
+		return errors.New("-small, -large and -reps must be at least 1")
 	}
 	srv, err := o.server(ctx)
 	if err != nil {
@@ -83,7 +94,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 	res := scaleResults{Server: srv.Describe(), Timing: o.tm}
 	var failed error
 	for _, c := range cs {
-		run, err := scaleContender(ctx, &o, srv, c, *small, *large, *reps, *elections, *shards)
+		run, err := scaleContender(ctx, &o, srv, c, *small, *large, *reps, elections, *shards)
 		if err != nil {
 			failed = err
 			break
@@ -102,7 +113,7 @@ func scaleMain(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // scaleContender runs contender's arenas, one after the other.
-func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, small, large, reps, elections int, shards bool) (scaleRun, error) {
+func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, contender string, small, large, reps int, elections []int, shards bool) (scaleRun, error) {
 	run := scaleRun{Contender: contender}
 	sigkills := func(n int) arenaSpec {
 		return arenaSpec{contender: contender, tm: o.tm, candidates: n, faults: []string{fSIGKILL}}
@@ -114,7 +125,10 @@ func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, cont
 	if run.Large, err = scaleArena(ctx, o, srv, sigkills(large), reps); err != nil {
 		return run, err
 	}
-	if elections > 1 && isLibrary(contender) {
+	for _, elections := range elections {
+		if elections == 1 || !isLibrary(contender) {
+			continue
+		}
 		start := time.Now()
 		var res results
 		spec := arenaSpec{contender: contender, tm: o.tm, candidates: small, elections: elections, shards: shards}
@@ -126,8 +140,8 @@ func scaleContender(ctx context.Context, o *options, srv *mysqltest.Server, cont
 		if err != nil {
 			return run, fmt.Errorf("%s with %d candidates in %d elections: %w", contender, small, elections, err)
 		}
-		run.Many = &scalePoint{Cost: res.Costs[0], Verdict: res.Verdicts[0], TookS: time.Since(start).Seconds()}
-		run.ManyKill = &kill
+		run.Many = append(run.Many, scalePoint{Cost: res.Costs[0], Verdict: res.Verdicts[0], TookS: time.Since(start).Seconds()})
+		run.ManyKill = append(run.ManyKill, kill)
 	}
 	run.StatementsRatio = ratio(run.Large.Cost.QueriesPerSec, run.Small.Cost.QueriesPerSec)
 	run.RoundTripsRatio = ratio(run.Large.Cost.RoundTripsPerSec, run.Small.Cost.RoundTripsPerSec)
@@ -293,11 +307,9 @@ func printScale(w io.Writer, res *scaleResults) {
 			against(r.StatementsRatio, goalStatements), against(r.RoundTripsRatio, 0), against(r.FailoverP50Ratio, goalFailover))
 	}
 	tw.Flush()
-	var many []*scalePoint
+	var many []scalePoint
 	for _, r := range res.Runs {
-		if r.Many != nil {
-			many = append(many, r.Many)
-		}
+		many = append(many, r.Many...)
 	}
 	if len(many) > 0 {
 		fmt.Fprintln(w)
@@ -316,10 +328,17 @@ func printScale(w io.Writer, res *scaleResults) {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\t%.0f MiB\t%.1f%%\t%.0f MiB\n", c.Contender, c.Candidates, c.Elections, c.ServerCPU, c.ServerRSS, c.ProcCPU, c.ProcRSS)
 		}
 		tw.Flush()
+		for _, r := range res.Runs {
+			if n := len(r.Many); n > 1 {
+				first, last := r.Many[0].Cost, r.Many[n-1].Cost
+				fmt.Fprintf(w, "%s: the idle server's CPU at %d elections each is %s that at %d\n", r.Contender, last.Elections,
+					against(ratio(last.ServerCPU, first.ServerCPU), goalServerCPU), first.Elections)
+			}
+		}
 		fmt.Fprintln(w)
 		tw = newTable(w, "CONTENDER\tKILLED PROCESS LED\tLED AGAIN\tFAILOVER p1\tp50\tp99\tMAX\tp99 - p1\tTOKENS NOT ABOVE\tSHARDS EVEN AGAIN")
 		for _, r := range res.Runs {
-			if k := r.ManyKill; k != nil {
+			for _, k := range r.ManyKill {
 				even := "-"
 				switch {
 				case k.Shards && k.EvenS > 0:

@@ -130,7 +130,7 @@ func TestWatchSaysWhenReadsFailAndWorkAgain(t *testing.T) {
 	db := c.dbName()
 	user := "w" + strings.TrimPrefix(db, "t")
 	var grants []string
-	for _, table := range []string{"record", "epoch", "candidate", "term"} {
+	for _, table := range []string{"record", "epoch", "candidate", "term", "lease"} {
 		grants = append(grants, "GRANT SELECT ON %db.election_"+table+" TO %s")
 	}
 	// Table grants, which the server applies to open sessions at their
