@@ -219,6 +219,7 @@ type sharedCandidate struct {
 	holding bool      // the renewal renews its term
 	skip    time.Time // no try before then (a pending hand-over to another)
 	refused error     // why a renewal refused its term (demoted, lost), if one did
+	stamped time.Time // when its record's own renewal was last stamped, at the latest
 }
 
 // joinSession adds a candidate of election lock to a shared session that
@@ -699,18 +700,26 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 // renewAll renews the terms of every candidate that leads on this
 // session: by renewing the session's lease, in one statement, while no
 // demotion has counted there since its terms' records were last read;
-// else as pinned.renew does for one, in one statement per lockBatch of
-// them, each followed by a read of its terms only when some did not
-// match, to tell which and why. A term refused once (demoted, lost) is
-// never renewed again.
+// else as pinned.renew does for one (renewTerms). A term refused once
+// (demoted, lost) is never renewed again.
+//
+// A candidate of an earlier version reads no lease: to it a term is as
+// fresh as its record's own renewal, and one that looks stale is killed as
+// hung. So each term's record is also stamped at least every (L + S) / 2,
+// in a renewTerms of the terms due (a few each time, as they started at
+// different moments), and no such reader finds a live term stale.
 func (s *sharedSession) renewAll() {
+	refresh := max((s.sh.key.lease+s.sh.key.margin)/2-s.sh.key.interval, s.sh.key.interval)
 	s.mu.Lock()
 	r := s.next
 	s.next = &renewal{done: make(chan struct{})}
-	var holding []*sharedCandidate
+	var holding, due []*sharedCandidate
 	for _, m := range s.members {
 		if m.holding {
 			holding = append(holding, m)
+			if time.Since(m.stamped) >= refresh {
+				due = append(due, m)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -729,12 +738,15 @@ func (s *sharedSession) renewAll() {
 	})
 	if renewed || err != nil {
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		for _, m := range holding {
 			r.results[m.lock] = m.refused
 			if err != nil {
 				r.results[m.lock] = keepaliveFailed(err)
 			}
+		}
+		s.mu.Unlock()
+		if renewed {
+			s.renewTerms(r, due)
 		}
 		return
 	}
@@ -748,6 +760,17 @@ func (s *sharedSession) renewAll() {
 		}
 		return
 	}
+	if s.renewTerms(r, holding) {
+		s.demotions, s.full = demotions, false
+	}
+}
+
+// renewTerms renews the terms of holding, as pinned.renew does for one, in
+// one statement per lockBatch of them, each followed by a read of its
+// terms only when some did not match, to tell which and why; it records
+// each one's outcome in r and reports whether every statement was
+// answered.
+func (s *sharedSession) renewTerms(r *renewal, holding []*sharedCandidate) bool {
 	failed := false
 	for len(holding) > 0 {
 		batch := holding[:min(len(holding), lockBatch)]
@@ -756,10 +779,16 @@ func (s *sharedSession) renewAll() {
 		for i, m := range batch {
 			held[i] = heldTerm{m.lock, m.token, s.id}
 		}
+		sent := time.Now()
 		err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
 			outcomes, err := renewShared(ctx, conn, s.sh.key.tbl, s.id, held)
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			for i, o := range outcomes {
 				r.results[batch[i].lock] = o
+				if o == nil {
+					batch[i].stamped = sent
+				}
 			}
 			return err
 		})
@@ -777,9 +806,7 @@ func (s *sharedSession) renewAll() {
 			m.refused = err
 		}
 	}
-	if !failed {
-		s.demotions, s.full = demotions, false
-	}
+	return !failed
 }
 
 // keepaliveFailed is a term's outcome of a renewal that failed with err:
@@ -875,7 +902,7 @@ func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, 
 	}
 	m.token = o.token
 	m.s.mu.Lock()
-	m.holding, m.refused = true, nil
+	m.holding, m.refused, m.stamped = true, nil, o.sent // the claim stamps it, after o.sent
 	m.s.mu.Unlock()
 	return o.sent, o.delay, o.p, nil
 }

@@ -104,20 +104,49 @@ func TestManyElectionsShareSessions(t *testing.T) {
 	if led != n || bySession[shared] != n-4 {
 		t.Fatalf("a leads %d elections, %v by session, want %d, %d of them on one shared session", led, bySession, n, n-4)
 	}
-	// The shared session renews its terms through its lease alone: their
-	// records name it and are not written again, yet each reads as
-	// renewed within the last few intervals.
-	var leases int
-	var renewedAt string
-	if err := admin.QueryRowContext(ctx, "SELECT COUNT(DISTINCT lease_id), MAX(renewed_at) FROM election_record WHERE conn_id = ?", shared).Scan(&leases, &renewedAt); err != nil {
-		t.Fatal(err)
+	// The shared session renews its terms through its lease: their
+	// records name it, and each is written only every (L + S) / 2, so that
+	// at most intervals most are not, yet each reads as renewed within the
+	// last two intervals; and a reader of an earlier version, which reads
+	// the record's own renewal alone, never finds one stale.
+	stamps := func() (leases int, stamped map[string]int64) {
+		rows, err := admin.QueryContext(ctx, "SELECT name, lease_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', renewed_at), "+
+			"TIMESTAMPDIFF(MICROSECOND, renewed_at, UTC_TIMESTAMP(6)) FROM election_record WHERE conn_id = ?", shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		ids, stamped := map[uint64]bool{}, map[string]int64{}
+		for rows.Next() {
+			var name string
+			var id uint64
+			var at, age int64
+			if err := rows.Scan(&name, &id, &at, &age); err != nil {
+				t.Fatal(err)
+			}
+			if age > (fast.Lease + fast.Margin).Microseconds() {
+				t.Fatalf("%s's record was last renewed %d µs ago: an earlier version's reader finds it stale", name, age)
+			}
+			ids[id], stamped[name] = true, at
+		}
+		return len(ids), stamped
 	}
-	time.Sleep(3 * fast.Interval)
-	var renewedLater string
-	admin.QueryRowContext(ctx, "SELECT MAX(renewed_at) FROM election_record WHERE conn_id = ?", shared).Scan(&renewedLater)
-	if leases != 1 || renewedLater != renewedAt {
-		t.Fatalf("the shared session's %d terms name %d leases, and their records were renewed from %s to %s: want one lease, and no record written", n-4, leases, renewedAt, renewedLater)
+	leases, last := stamps()
+	written, samples := 0, int(2*(fast.Lease+fast.Margin)/fast.Interval)
+	for range samples {
+		time.Sleep(fast.Interval)
+		_, now := stamps()
+		for name, at := range now {
+			if at != last[name] {
+				written++
+			}
+		}
+		last = now
 	}
+	if leases != 1 || written > (n-4)*samples/2 {
+		t.Fatalf("the shared session's %d terms name %d leases, and their records were written %d times in %d intervals: want one lease, and at most half as often", n-4, leases, written, samples)
+	}
+	t.Logf("the shared session's %d records were written %d times in %d intervals", n-4, written, samples)
 	for i := range n {
 		rec, err := newOperator(t, admin, fmt.Sprintf("e%02d", i)).Leader(ctx)
 		if err != nil || rec.RenewedAgo > 2*fast.Interval {
