@@ -415,7 +415,7 @@ func TestUsageAndErrors(t *testing.T) {
 	}
 	assertNoTables(t, empty, "status on a database without the tables")
 	out.Reset()
-	if code := run(ctx, []string{"schema"}, &out, &errOut); code != exitOK || strings.Count(out.String(), "CREATE TABLE") != 4 {
+	if code := run(ctx, []string{"schema"}, &out, &errOut); code != exitOK || strings.Count(out.String(), "CREATE TABLE") != 5 {
 		t.Fatalf("schema: %d %s", code, out.String())
 	}
 }
