@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -70,14 +71,14 @@ func tryLocks(ctx context.Context, conn *sql.Conn, locks []string) ([]bool, erro
 }
 
 // tryRead tries the locks of the elections of locks on conn, as tryLocks
-// does, and reads their records in t, in one statement, and calls each
-// with every row. A failure leaves the session in doubt, as one of
+// does, and reads their records in t, with the lease row of each term a
+// shared session holds, in one statement, and calls each with every row. A failure leaves the session in doubt, as one of
 // tryLocks does.
-func tryRead(ctx context.Context, conn *sql.Conn, t tables, locks []string, each func(lock string, got bool, rec Record, r reading)) error {
+func tryRead(ctx context.Context, conn *sql.Conn, t tables, locks []string, each func(lock string, got bool, rec Record, r reading, l leaseState)) error {
 	names := literals(locks)
 	sent := time.Now()
 	rows, err := conn.QueryContext(ctx, "SELECT r.lock_name, "+tryLock("r.lock_name")+", "+recordColumns("r.lock_name")+
-		" FROM "+t.recordWithLease()+" WHERE r.lock_name IN ("+names+")")
+		", l.lease_id, "+utcMicros("l.renewed_at")+", l.changes FROM "+t.recordWithLease()+" WHERE r.lock_name IN ("+names+")")
 	if err != nil {
 		return err
 	}
@@ -85,14 +86,18 @@ func tryRead(ctx context.Context, conn *sql.Conn, t tables, locks []string, each
 	recv := time.Now()
 	for rows.Next() {
 		var (
-			lock string
-			got  sql.NullInt64
-			rec  Record
+			lock    string
+			got     sql.NullInt64
+			rec     Record
+			id      sql.NullInt64
+			renewed sql.NullInt64
+			changes sql.NullInt64
 		)
-		if err := rows.Scan(append([]any{&lock, &got}, rec.fields()...)...); err != nil {
+		if err := rows.Scan(append(append([]any{&lock, &got}, rec.fields()...), &id, &renewed, &changes)...); err != nil {
 			return err
 		}
-		each(lock, got.Int64 == 1, rec, reading{rec.nowUS, sent, recv})
+		l := leaseState{id: uint64(id.Int64), renewedUS: renewed.Int64, changes: uint64(changes.Int64)}
+		each(lock, got.Int64 == 1, rec, reading{rec.nowUS, sent, recv}, l)
 	}
 	return rows.Err()
 }
@@ -169,29 +174,46 @@ func renewShared(ctx context.Context, conn *sql.Conn, tbl tables, session uint64
 // The lease row of a shared session: its terms' records name it
 // (lease_id), and the record's reads take the renewal from it while it is
 // later than the record's own (recordWithLease). The session renews it
-// with one statement whatever the number of its terms, and a demotion of
-// any of them counts in it (store.request), so that the renewal reads the
-// terms' records only when that count has changed. Only the session itself
-// renews it: a fresh lease says the session ran a statement, so it was
-// alive, not blocked, and held every lock it had taken.
+// with one statement whatever the number of its terms. Every change of a
+// term on it counts in it (changes): a demotion (store.request) and the
+// release of a term's lock (countChange), so that the renewal reads the
+// terms' records, and the waiters of those elections read them (poll),
+// only when that count has moved. Only the session itself renews it, and
+// it holds the lease's lock (leaseLock) for as long as it lives: a fresh
+// lease says the session ran a statement, so it was alive, not blocked,
+// and held every lock it had taken; a free lease lock says it is gone.
 
-// openLease writes a new lease row on the session conn and returns its
-// id. Rows older than a day, left by sessions that ended without deleting
-// theirs, go first: a live one is renewed every Interval, and one deleted
-// all the same is written again by its next renewal (leaseDemotions).
+// leaseLock is the named lock the session of lease id holds: lease ids
+// are random, so it names one session whatever the tables' prefix.
+func leaseLock(id uint64) string { return leaseLockHead + strconv.FormatUint(id, 10) }
+
+const leaseLockHead = "election-lease/"
+
+// openLease writes a new lease row on the session conn, takes its lock,
+// and returns its id. Rows older than a day, left by sessions that ended
+// without deleting theirs, go first: a live one is renewed every Interval,
+// and one deleted all the same is written again by its next renewal
+// (leaseChanges).
 func openLease(ctx context.Context, conn *sql.Conn, tbl tables) (uint64, error) {
 	if _, err := conn.ExecContext(ctx, "DELETE FROM `"+tbl.lease+"` WHERE renewed_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY"); err != nil {
 		return 0, err
 	}
 	id := randomID()
-	_, err := conn.ExecContext(ctx, text("INSERT INTO `"+tbl.lease+"` (lease_id, renewed_at, demotions) VALUES (?, UTC_TIMESTAMP(6), 0)", id))
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, text("SELECT GET_LOCK(?, 0)", leaseLock(id))).Scan(&got); err != nil {
+		return 0, err
+	}
+	if got.Int64 != 1 {
+		return 0, fmt.Errorf("the lease lock %s is taken", leaseLock(id))
+	}
+	_, err := conn.ExecContext(ctx, text("INSERT INTO `"+tbl.lease+"` (lease_id, renewed_at, changes) VALUES (?, UTC_TIMESTAMP(6), 0)", id))
 	return id, err
 }
 
-// renewLease renews lease id on its session conn if no demotion has
-// counted in it since the count was demotions, and reports whether it did.
-func renewLease(ctx context.Context, conn *sql.Conn, tbl tables, id, demotions uint64) (bool, error) {
-	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.lease+"` SET renewed_at = UTC_TIMESTAMP(6) WHERE lease_id = ? AND demotions = ?", id, demotions))
+// renewLease renews lease id on its session conn if no change has counted
+// in it since the count was changes, and reports whether it did.
+func renewLease(ctx context.Context, conn *sql.Conn, tbl tables, id, changes uint64) (bool, error) {
+	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.lease+"` SET renewed_at = UTC_TIMESTAMP(6) WHERE lease_id = ? AND changes = ?", id, changes))
 	if err != nil {
 		return false, err
 	}
@@ -199,18 +221,63 @@ func renewLease(ctx context.Context, conn *sql.Conn, tbl tables, id, demotions u
 	return n == 1, err
 }
 
-// leaseDemotions reads the demotions counted in lease id, on its session
-// conn, writing the row again if it is gone.
-func leaseDemotions(ctx context.Context, conn *sql.Conn, tbl tables, id uint64) (uint64, error) {
+// leaseChanges reads the changes counted in lease id, on its session conn,
+// writing the row again if it is gone.
+func leaseChanges(ctx context.Context, conn *sql.Conn, tbl tables, id uint64) (uint64, error) {
 	var n uint64
-	err := conn.QueryRowContext(ctx, text("SELECT demotions FROM `"+tbl.lease+"` WHERE lease_id = ?", id)).Scan(&n)
+	err := conn.QueryRowContext(ctx, text("SELECT changes FROM `"+tbl.lease+"` WHERE lease_id = ?", id)).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
-		_, err = conn.ExecContext(ctx, text("INSERT INTO `"+tbl.lease+"` (lease_id, renewed_at, demotions) VALUES (?, UTC_TIMESTAMP(6), 0)", id))
+		_, err = conn.ExecContext(ctx, text("INSERT INTO `"+tbl.lease+"` (lease_id, renewed_at, changes) VALUES (?, UTC_TIMESTAMP(6), 0)", id))
 	}
 	return n, err
 }
 
-// closeLease deletes lease id, once its session holds no term.
+// countChange counts, in lease id, on its session conn, that a lock of a
+// term on it was freed, and reports whether the row was there to count it.
+func countChange(ctx context.Context, conn *sql.Conn, tbl tables, id uint64) (bool, error) {
+	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.lease+"` SET changes = changes + 1 WHERE lease_id = ?", id))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// leaseState is a lease row as a waiter reads it: its id (0 for none),
+// its own renewal (µs on the database clock), the changes counted in it,
+// and, from readLeases, whether its session still holds its lock.
+type leaseState struct {
+	id        uint64
+	renewedUS int64
+	changes   uint64
+	held      bool
+}
+
+// readLeases reads the leases ids, on conn; a lease that is gone is not in
+// the map.
+func readLeases(ctx context.Context, conn *sql.Conn, tbl tables, ids []uint64) (map[uint64]leaseState, error) {
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = literal(id)
+	}
+	rows, err := conn.QueryContext(ctx, "SELECT lease_id, "+utcMicros("renewed_at")+", changes, IS_USED_LOCK(CONCAT("+literal(leaseLockHead)+", lease_id)) IS NOT NULL FROM `"+tbl.lease+"` WHERE lease_id IN ("+strings.Join(list, ", ")+")")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	leases := make(map[uint64]leaseState, len(ids))
+	for rows.Next() {
+		var l leaseState
+		if err := rows.Scan(&l.id, &l.renewedUS, &l.changes, &l.held); err != nil {
+			return nil, err
+		}
+		leases[l.id] = l
+	}
+	return leases, rows.Err()
+}
+
+// closeLease deletes lease id, once its session holds no term; the
+// session is dropped next, which frees the lease's lock.
 func closeLease(ctx context.Context, conn *sql.Conn, tbl tables, id uint64) error {
 	_, err := conn.ExecContext(ctx, text("DELETE FROM `"+tbl.lease+"` WHERE lease_id = ?", id))
 	return err

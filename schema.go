@@ -138,13 +138,14 @@ func ddl(t tables) []string {
 			"  PRIMARY KEY (lock_name, epoch)\n" +
 			") ENGINE=InnoDB",
 		// A shared session's terms are renewed through this row, in one
-		// statement whatever their number; a demotion of any of them counts
-		// here too, so that the keepalive need not read their records to
-		// find it (docs/protocol.md, "Shared sessions").
+		// statement whatever their number; a demotion or an end of any of
+		// them counts here too, so that neither the keepalive nor the
+		// waiters need read their records to find it (docs/protocol.md,
+		// "Shared sessions").
 		"CREATE TABLE IF NOT EXISTS `" + t.lease + "` (\n" +
 			"  lease_id       BIGINT UNSIGNED NOT NULL,\n" +
 			"  renewed_at     DATETIME(6) NOT NULL,\n" +
-			"  demotions      BIGINT UNSIGNED NOT NULL DEFAULT 0,\n" +
+			"  changes        BIGINT UNSIGNED NOT NULL DEFAULT 0,\n" +
 			"  PRIMARY KEY (lease_id)\n" +
 			") ENGINE=InnoDB",
 	}

@@ -175,17 +175,18 @@ type sharedSession struct {
 	conn *sql.Conn
 	id   uint64 // the session's id on the server (sessionID)
 	// lease is the id of its lease row, which renews its terms (openLease);
-	// demotions, the count of demotions there as of the last renewal that
-	// read its terms' records, which full asks the next one to do. The
-	// renewal alone uses them.
-	lease     uint64
-	demotions uint64
-	full      bool
-	use       turns         // one statement sequence at a time; the loop's first
-	quit      chan struct{} // closed when the loop is to stop
-	gone      chan struct{} // closed when the loop has stopped
+	// changes (guarded by mu), the count of changes there as of the last
+	// renewal that read its terms' records, and those it counted itself
+	// since; full asks the next renewal to read them. The renewal alone
+	// uses full.
+	lease uint64
+	full  bool
+	use   turns         // one statement sequence at a time; the loop's first
+	quit  chan struct{} // closed when the loop is to stop
+	gone  chan struct{} // closed when the loop has stopped
 
 	mu       sync.Mutex
+	changes  uint64
 	alive    time.Time // when the last statement the server answered was sent
 	members  map[string]*sharedCandidate
 	entering []*sharedCandidate // waiting for their candidate locks
@@ -220,6 +221,9 @@ type sharedCandidate struct {
 	skip    time.Time // no try before then (a pending hand-over to another)
 	refused error     // why a renewal refused its term (demoted, lost), if one did
 	stamped time.Time // when its record's own renewal was last stamped, at the latest
+	led     bool      // it took the lock for a term, and the lease has not counted its freeing
+
+	watch leaseWatch // the poll's alone
 }
 
 // joinSession adds a candidate of election lock to a shared session that
@@ -585,14 +589,19 @@ func (s *sharedSession) membersWhere(keep func(m *sharedCandidate) bool) []*shar
 }
 
 // poll tries, in one statement, the locks of every waiting candidate
-// whose election has a record, and reads those records; it hands each lock
-// it took to its candidate, and kills the session of a leader that the
-// record's rule finds stuck or disobedient. Elections without a record
-// yet are tried in a statement of their own.
+// whose election has a record and may have changed (watching), and reads
+// those records; it hands each lock it took to its candidate, and kills
+// the session of a leader that the record's rule finds stuck or
+// disobedient. Elections without a record yet are tried in a statement of
+// their own.
 func (s *sharedSession) poll() {
 	now := time.Now()
 	waiting := s.membersWhere(func(m *sharedCandidate) bool { return m.waiting && now.After(m.skip) })
 	if len(waiting) == 0 {
+		return
+	}
+	waiting, err := s.watching(waiting)
+	if err != nil || len(waiting) == 0 {
 		return
 	}
 	byLock := make(map[string]*sharedCandidate, len(waiting))
@@ -610,8 +619,8 @@ func (s *sharedSession) poll() {
 		stuck []overdue
 		taken []*sharedCandidate
 	)
-	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
-		err := tryRead(ctx, conn, s.sh.key.tbl, locks, func(lock string, got bool, rec Record, r reading) {
+	err = s.doFirst(func(ctx context.Context, conn *sql.Conn) error {
+		err := tryRead(ctx, conn, s.sh.key.tbl, locks, func(lock string, got bool, rec Record, r reading, l leaseState) {
 			m := byLock[lock]
 			delete(byLock, lock)
 			m.st.vouch(&rec, r)
@@ -620,6 +629,8 @@ func (s *sharedSession) poll() {
 				taken = append(taken, m)
 			case rec.overdue() != "":
 				stuck = append(stuck, overdue{m, rec, rec.overdue()})
+			default:
+				m.watch = s.watchFor(rec, l, r)
 			}
 		})
 		if err != nil {
@@ -671,6 +682,87 @@ func (s *sharedSession) poll() {
 	}
 }
 
+// leaseWatch is what a waiting candidate saw of its election's term, held
+// on a shared session's lease: while that lease's session holds its lock,
+// counts no change and keeps renewing it, the term is as it was, and the
+// poll neither tries the election's lock nor reads its record. The
+// term's end frees the lock only after the record says so (endTerm), and
+// is counted after the lock is free (countFreed); a demotion counts when
+// it is written (store.request); a session that dies frees the lease's
+// lock with the election's.
+type leaseWatch struct {
+	lease     uint64    // 0: no watch, try the lock and read the record
+	changes   uint64    // the changes counted in the lease when the record was read
+	renewedUS int64     // the lease's renewal last seen
+	moved     time.Time // when that renewal was seen to move, or when it was made, by the record's age
+}
+
+// quiet is how long a lease may be seen not to move before its terms'
+// records are read again at every poll: L + S − 2C, so that a hung
+// session's terms are read again by L + S after their last renewal (seen
+// up to C after it, then the poll C later), when the record's rule may
+// first find them overdue. Zero or less: no watch.
+func (s *sharedSession) quiet() time.Duration {
+	k := s.sh.key
+	return k.lease + k.margin - 2*k.checkPeriod
+}
+
+// watchFor is the watch a read of rec, with its lease l, in reading r,
+// allows: one on a term that leads (the record's rule), with no request
+// pending, renewed through lease l.
+func (s *sharedSession) watchFor(rec Record, l leaseState, r reading) leaseWatch {
+	if l.id == 0 || s.quiet() <= 0 || !rec.Leading() || rec.demoted || rec.HandoverTo != "" {
+		return leaseWatch{}
+	}
+	return leaseWatch{lease: l.id, changes: l.changes, renewedUS: l.renewedUS, moved: r.sent.Add(-rec.renewalAge())}
+}
+
+// watching returns the candidates of waiting whose election may have
+// changed: those that watch no lease, and those whose lease, read here in
+// one statement for all, is gone, is no longer held, counts a change, or
+// has not moved for quiet. It drops the watch of those.
+func (s *sharedSession) watching(waiting []*sharedCandidate) ([]*sharedCandidate, error) {
+	var ids []uint64
+	seen := map[uint64]bool{}
+	for _, m := range waiting {
+		if id := m.watch.lease; id != 0 && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return waiting, nil
+	}
+	var leases map[uint64]leaseState
+	sent := time.Now()
+	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
+		if leases, err = readLeases(ctx, conn, s.sh.key.tbl, ids); err != nil {
+			s.fail(err)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err // logged by the candidates, which the failure reaches
+	}
+	var look []*sharedCandidate
+	for _, m := range waiting {
+		w := &m.watch
+		if w.lease == 0 {
+			look = append(look, m)
+			continue
+		}
+		l, ok := leases[w.lease]
+		if ok && l.renewedUS != w.renewedUS {
+			w.renewedUS, w.moved = l.renewedUS, sent
+		}
+		if !ok || !l.held || l.changes != w.changes || sent.Sub(w.moved) > s.quiet() {
+			*w = leaseWatch{}
+			look = append(look, m)
+		}
+	}
+	return look, nil
+}
+
 // hand gives each lock the poll took, in a statement sent at sent, to its
 // candidate, and frees those whose candidate is leaving, on conn, before
 // the session serves anyone else: a candidate that starts to leave later
@@ -680,7 +772,7 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 	s.mu.Lock()
 	for _, m := range taken {
 		if !m.left && m.waiting {
-			m.waiting = false
+			m.waiting, m.watch = false, leaseWatch{}
 			m.won <- sent
 		} else {
 			orphans = append(orphans, m.lock)
@@ -699,7 +791,8 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 
 // renewAll renews the terms of every candidate that leads on this
 // session: by renewing the session's lease, in one statement, while no
-// demotion has counted there since its terms' records were last read;
+// change it did not count itself has counted there since its terms'
+// records were last read;
 // else as pinned.renew does for one (renewTerms). A term refused once
 // (demoted, lost) is never renewed again.
 //
@@ -731,7 +824,10 @@ func (s *sharedSession) renewAll() {
 	renewed := false
 	err := s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
 		if !s.full {
-			renewed, err = renewLease(ctx, conn, s.sh.key.tbl, s.lease, s.demotions)
+			s.mu.Lock()
+			changes := s.changes
+			s.mu.Unlock()
+			renewed, err = renewLease(ctx, conn, s.sh.key.tbl, s.lease, changes)
 			s.full = err == nil && !renewed
 		}
 		return err
@@ -750,9 +846,9 @@ func (s *sharedSession) renewAll() {
 		}
 		return
 	}
-	var demotions uint64
+	var changes uint64
 	if err := s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
-		demotions, err = leaseDemotions(ctx, conn, s.sh.key.tbl, s.lease)
+		changes, err = leaseChanges(ctx, conn, s.sh.key.tbl, s.lease)
 		return err
 	}); err != nil {
 		for _, m := range holding {
@@ -761,7 +857,9 @@ func (s *sharedSession) renewAll() {
 		return
 	}
 	if s.renewTerms(r, holding) {
-		s.demotions, s.full = demotions, false
+		s.mu.Lock()
+		s.changes, s.full = changes, false
+		s.mu.Unlock()
 	}
 }
 
@@ -902,7 +1000,7 @@ func (m *sharedCandidate) start(ctx context.Context) (time.Time, time.Duration, 
 	}
 	m.token = o.token
 	m.s.mu.Lock()
-	m.holding, m.refused, m.stamped = true, nil, o.sent // the claim stamps it, after o.sent
+	m.holding, m.refused, m.stamped, m.led = true, nil, o.sent, true // the claim stamps it, after o.sent
 	m.s.mu.Unlock()
 	return o.sent, o.delay, o.p, nil
 }
@@ -915,11 +1013,17 @@ func (m *sharedCandidate) leaveSession() {
 	m.left = true
 	s.mu.Unlock()
 	s.do(func(ctx context.Context, conn *sql.Conn) error {
-		err := releaseLocks(ctx, conn, m.lock, candidateLock(m.lock, m.st.cfg.Identity))
-		if err != nil {
+		if err := releaseLocks(ctx, conn, m.lock, candidateLock(m.lock, m.st.cfg.Identity)); err != nil {
 			s.fail(err) // locks no one would free
+			return err
 		}
-		return err
+		s.mu.Lock()
+		led := m.led
+		s.mu.Unlock()
+		if led {
+			return s.countFreed(ctx, conn, m)
+		}
+		return nil
 	})
 	s.sh.mu.Lock()
 	s.mu.Lock()
@@ -970,15 +1074,39 @@ func (m *sharedCandidate) renew(ctx context.Context, quit <-chan struct{}) error
 }
 
 // release records why the term ended, then frees the election's lock on
-// the session, in one use of it, so that no renewal comes between.
+// the session and counts that in its lease, in one use of it, so that no
+// renewal comes between.
 func (m *sharedCandidate) release(ctx context.Context, end ending) error {
 	m.stopRenewing()
 	return m.s.do(func(ctx context.Context, conn *sql.Conn) error {
 		if err := m.st.endTerm(ctx, conn, m.lock, m.token, end); err != nil {
 			return err
 		}
-		return releaseHeld(ctx, conn, m.lock)
+		if err := releaseHeld(ctx, conn, m.lock); err != nil {
+			return err
+		}
+		return m.s.countFreed(ctx, conn, m)
 	})
+}
+
+// countFreed counts, in the session's lease, that m's election lock,
+// which it took for a term, was freed: that election's waiters watch the
+// lease, not the lock (poll). The session counts it as known, so that its
+// renewal still renews the lease in one statement. If it cannot, it fails
+// the session, whose end frees the lease's lock, which they also watch.
+func (s *sharedSession) countFreed(ctx context.Context, conn *sql.Conn, m *sharedCandidate) error {
+	counted, err := countChange(ctx, conn, s.sh.key.tbl, s.lease)
+	if err != nil {
+		s.fail(err)
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.led = false
+	if counted {
+		s.changes++
+	}
+	return nil
 }
 
 // lost records, through the pool a few at a time (spare: a session that

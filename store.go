@@ -1082,9 +1082,10 @@ func (s *store) request(ctx context.Context, lock string, token uint64, to strin
 	// target to win the lock, and no longer: a target that died meanwhile
 	// must not block the election.
 	// The term's lease, if a shared session holds it, counts the demotion:
-	// that session's renewal reads its terms' records only then.
+	// that session's renewal, and the waiters, read its terms' records
+	// only when that count moves.
 	res, err := write(ctx, s.db, text("UPDATE "+s.tbl.recordWithLease()+" SET r.demote_epoch = r.epoch, r.demote_at = UTC_TIMESTAMP(6), "+
-		"r.handover_to = ?, r.handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * r.lease_us) MICROSECOND, l.demotions = l.demotions + 1 "+
+		"r.handover_to = ?, r.handover_until = UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 3 * r.lease_us) MICROSECOND, l.changes = l.changes + 1 "+
 		"WHERE r.lock_name = ? AND r.epoch = ? AND r.state = ? AND (? OR NOT (r.demote_epoch <=> r.epoch))", handTo, holdUS, lock, token, stateLeading, replace))
 	if err != nil {
 		return during("requesting the demotion", schemaError(s.tbl, err))
