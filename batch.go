@@ -126,7 +126,7 @@ func renewShared(ctx context.Context, conn *sql.Conn, tbl tables, session uint64
 	// last on it, which is the one it holds (one candidate per election on
 	// a session); the epochs only narrow the match further.
 	res, err := conn.ExecContext(ctx, text("UPDATE `"+tbl.record+"` r LEFT JOIN `"+tbl.candidate+"` c ON c.lock_name = r.lock_name AND c.identity = r.holder "+
-		"SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6) "+
+		"SET r.renewed_at = UTC_TIMESTAMP(6), "+seenNow("c.")+" "+
 		"WHERE r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID() AND ", session)+
 		"r.lock_name IN ("+strings.Join(locks, ", ")+") AND r.epoch IN ("+strings.Join(epochs, ", ")+")")
 	if err != nil {
@@ -351,11 +351,32 @@ func renewLeases(ctx context.Context, db *sql.DB, tbl tables, held []heldTerm) (
 	return results, got.Err()
 }
 
+// earlierReaders returns, of the elections of locks, those with a
+// candidate row an earlier version wrote last (seenNow): its candidate
+// judges a term by its record's own renewal, not its lease.
+func earlierReaders(ctx context.Context, conn *sql.Conn, t tables, locks []string) (map[string]bool, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT DISTINCT lock_name FROM `"+t.candidate+"` WHERE lock_name IN ("+literals(locks)+
+		") AND NOT (lease_aware_at <=> seen_at)")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := map[string]bool{}
+	for rows.Next() {
+		var lock string
+		if err := rows.Scan(&lock); err != nil {
+			return nil, err
+		}
+		found[lock] = true
+	}
+	return found, rows.Err()
+}
+
 // beatCandidates stamps the candidate rows in t of identity in the
 // elections of locks, through the pool db, in one statement; it fails
 // unless it stamped one for each.
 func beatCandidates(ctx context.Context, db *sql.DB, t tables, identity string, locks []string) error {
-	res, err := write(ctx, db, text("UPDATE `"+t.candidate+"` SET seen_at = UTC_TIMESTAMP(6) WHERE identity = ? AND lock_name IN (", identity)+
+	res, err := write(ctx, db, text("UPDATE `"+t.candidate+"` SET "+seenNow("")+" WHERE identity = ? AND lock_name IN (", identity)+
 		literals(locks)+")")
 	if err == nil {
 		if n, err2 := res.RowsAffected(); err2 != nil || n != int64(len(locks)) {

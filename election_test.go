@@ -745,7 +745,7 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 		prepare = append(prepare, step{"check " + tbl, "SELECT 1 FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
 	}
 	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value, value_epoch, lease_id FROM `election_record` LIMIT 0", "checking the tables"},
-		step{"check the candidate's added columns", "SELECT value, priority, version, healthy, waiting_since, session FROM `election_candidate` LIMIT 0", "checking the tables"},
+		step{"check the candidate's added columns", "SELECT value, priority, version, healthy, waiting_since, session, lease_aware_at FROM `election_candidate` LIMIT 0", "checking the tables"},
 		step{"check the term's added columns", "SELECT server, lasted_us FROM `election_term` LIMIT 0", "checking the tables"})
 	session := []step{
 		{"session timeouts", "SET SESSION wait_timeout", "setting up the session"},

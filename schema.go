@@ -122,6 +122,7 @@ func ddl(t tables) []string {
 			"  " + healthyColumn + ",\n" +
 			"  " + waitingColumn + ",\n" +
 			"  " + sessionColumn + ",\n" +
+			"  " + leaseAwareColumn + ",\n" +
 			"  PRIMARY KEY (lock_name, identity)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.term + "` (\n" +
@@ -183,7 +184,12 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //     (Candidate.Session);
 //   - leaseColumn, the record's: the lease row of the shared session that
 //     holds the term, which renews it (NULL for a session of its own and
-//     for LeaseRow).
+//     for LeaseRow);
+//   - leaseAwareColumn, the candidate's: seen_at again, written beside it
+//     by every statement of a version that judges a term by its lease
+//     (seenNow), so that a row an earlier version wrote last, whose
+//     candidate reads only the record's own renewal, shows
+//     (earlierReaders).
 const (
 	serverColumn     = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
 	delayColumn      = "delay_until    DATETIME(6) NULL"
@@ -198,8 +204,9 @@ const (
 	// MySQL 8.4 (sql/sql_yacc.yy: ident_keywords_ambiguous_4_system_variables,
 	// barred only as a SET target), MariaDB's reserved-words list, TiDB's
 	// keywords.md; tested on MariaDB, Galera and TiDB (docs/mysql-8.4.md).
-	sessionColumn = "session        VARCHAR(16) CHARACTER SET ascii NULL"
-	leaseColumn   = "lease_id       BIGINT UNSIGNED NULL"
+	sessionColumn    = "session        VARCHAR(16) CHARACTER SET ascii NULL"
+	leaseColumn      = "lease_id       BIGINT UNSIGNED NULL"
+	leaseAwareColumn = "lease_aware_at DATETIME(6) NULL"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -221,6 +228,7 @@ func (t tables) added() []column {
 		{t.term, "lasted_us", "ALTER TABLE `" + t.term + "` ADD COLUMN " + lastedColumn + " AFTER reason"},
 		{t.candidate, "session", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + sessionColumn + " AFTER waiting_since"},
 		{t.record, "lease_id", "ALTER TABLE `" + t.record + "` ADD COLUMN " + leaseColumn + " AFTER value_epoch"},
+		{t.candidate, "lease_aware_at", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + leaseAwareColumn + " AFTER session"},
 	}
 }
 

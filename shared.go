@@ -798,9 +798,10 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 //
 // A candidate of an earlier version reads no lease: to it a term is as
 // fresh as its record's own renewal, and one that looks stale is killed as
-// hung. So each term's record is also stamped at least every (L + S) / 2,
-// in a renewTerms of the terms due (a few each time, as they started at
-// different moments), and no such reader finds a live term stale.
+// hung. So while an election has such a candidate, its term's record is
+// also stamped at least every (L + S) / 2 (stampForEarlier, a few terms
+// each time, as they started at different moments), and no such reader
+// finds a live term stale.
 func (s *sharedSession) renewAll() {
 	refresh := max((s.sh.key.lease+s.sh.key.margin)/2-s.sh.key.interval, s.sh.key.interval)
 	s.mu.Lock()
@@ -842,7 +843,7 @@ func (s *sharedSession) renewAll() {
 		}
 		s.mu.Unlock()
 		if renewed {
-			s.renewTerms(r, due)
+			s.stampForEarlier(r, due)
 		}
 		return
 	}
@@ -861,6 +862,39 @@ func (s *sharedSession) renewAll() {
 		s.changes, s.full = changes, false
 		s.mu.Unlock()
 	}
+}
+
+// stampForEarlier renews, as renewTerms does, the records of the terms due
+// whose elections have a candidate of an earlier version
+// (earlierReaders), and counts the others as stamped: their candidates
+// judge them by the lease.
+func (s *sharedSession) stampForEarlier(r *renewal, due []*sharedCandidate) {
+	if len(due) == 0 {
+		return
+	}
+	locks := make([]string, len(due))
+	for i, m := range due {
+		locks[i] = m.lock
+	}
+	var earlier map[string]bool
+	sent := time.Now()
+	if s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
+		earlier, err = earlierReaders(ctx, conn, s.sh.key.tbl, locks)
+		return err
+	}) != nil {
+		return // they are still due at the next renewal
+	}
+	var stamp []*sharedCandidate
+	s.mu.Lock()
+	for _, m := range due {
+		if earlier[m.lock] {
+			stamp = append(stamp, m)
+		} else {
+			m.stamped = sent
+		}
+	}
+	s.mu.Unlock()
+	s.renewTerms(r, stamp)
 }
 
 // renewTerms renews the terms of holding, as pinned.renew does for one, in

@@ -452,7 +452,7 @@ func (s *store) vouch(rec *Record, r reading) {
 func (s *store) renew(ctx context.Context, q querier, lock string, token, session uint64) (bool, error) {
 	where := text(" WHERE r.lock_name = ? AND r.epoch = ? AND r.conn_id = ? AND NOT (r.demote_epoch <=> r.epoch) AND IS_USED_LOCK(r.lock_name) = CONNECTION_ID()", lock, token, session)
 	res, err := q.ExecContext(ctx, text("UPDATE `"+s.tbl.record+"` r LEFT JOIN `"+s.tbl.candidate+"` c "+
-		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), c.seen_at = UTC_TIMESTAMP(6)", s.cfg.Identity)+where)
+		"ON c.lock_name = r.lock_name AND c.identity = ? SET r.renewed_at = UTC_TIMESTAMP(6), "+seenNow("c."), s.cfg.Identity)+where)
 	if denied(err) || serverError(err, 1146) { // denied, no table
 		res, err = q.ExecContext(ctx, "UPDATE `"+s.tbl.record+"` r SET r.renewed_at = UTC_TIMESTAMP(6)"+where)
 	}
@@ -850,6 +850,13 @@ func candidateLockSQL(c string) string {
 	return "CONCAT(" + literal(candidateLockHead) + ", LEFT(SHA2(CONCAT(" + c + ".lock_name, '/', " + c + ".identity), 256), 40))"
 }
 
+// seenNow stamps a candidate row (its columns prefixed with c) as seen
+// now, by this version: seen_at and lease_aware_at get the same value,
+// the statement's one UTC_TIMESTAMP(6).
+func seenNow(c string) string {
+	return c + "seen_at = UTC_TIMESTAMP(6), " + c + "lease_aware_at = UTC_TIMESTAMP(6)"
+}
+
 // present is true, on the candidate row c, while that candidate's process
 // takes part: under GetLock while a session holds its candidate lock;
 // under LeaseRow while its last heartbeat is younger than its expiry.
@@ -940,11 +947,11 @@ func (p *presence) write(ctx context.Context, q querier, begun bool) error {
 	// 1287), MariaDB has no row alias to replace it; the values are sent
 	// twice. since is assigned first, so it compares the old pid and host.
 	_, err := q.ExecContext(ctx, text("INSERT INTO `"+st.tbl.candidate+"` "+
-		"(lock_name, identity, strategy, host, pid, since, seen_at, expiry_us, value, priority, version, healthy, waiting_since, session) "+
-		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?) "+
+		"(lock_name, identity, strategy, host, pid, since, seen_at, lease_aware_at, expiry_us, value, priority, version, healthy, waiting_since, session) "+
+		"VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?) "+
 		"ON DUPLICATE KEY UPDATE since = IF(pid <=> ? AND host <=> ?, since, UTC_TIMESTAMP(6)), "+
 		"waiting_since = IF(? OR waiting_since IS NULL, UTC_TIMESTAMP(6), waiting_since), "+
-		"strategy = ?, host = ?, pid = ?, seen_at = UTC_TIMESTAMP(6), expiry_us = ?, value = ?, priority = ?, version = ?, healthy = ?, session = ?",
+		"strategy = ?, host = ?, pid = ?, "+seenNow("")+", expiry_us = ?, value = ?, priority = ?, version = ?, healthy = ?, session = ?",
 		p.lock, st.cfg.Identity, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v, p.session,
 		os.Getpid(), host, begun, strategy.String(), host, os.Getpid(), expiry, value, int(st.cfg.Priority), st.cfg.Version, v, p.session))
 	if err != nil {
