@@ -296,10 +296,11 @@ func (c *candidate) writeFenced(ctx context.Context, t *election.Term) {
 }
 
 // hold is a term of one of the other elections: it only says it began and
-// lasts until it ends.
+// lasts until it ends, and why it ended.
 func (c *candidate) hold(ctx context.Context, name string, t *election.Term) {
 	c.Emit(event{Ev: "other-start", Election: name, Term: fmt.Sprint(t.Token()), Token: t.Token()})
 	<-ctx.Done()
+	c.Emit(event{Ev: "other-end", Election: name, Term: fmt.Sprint(t.Token()), Reason: t.Reason()})
 }
 
 // acting is a hand-rolled leader's belief that it leads, and the writes it

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -183,6 +184,11 @@ type manyKill struct {
 	// if not within the limit.
 	Shards bool    `json:"shards,omitempty"`
 	EvenS  float64 `json:"even_again_s,omitempty"`
+	// EndedBefore counts, by reason, the terms of those elections that
+	// ended before the kill: while the processes started theirs and joined
+	// the others', and idle. A term of a healthy process should end only
+	// at the kill.
+	EndedBefore map[string]int `json:"ended_before_kill"`
 }
 
 // killBusiest SIGKILLs the candidate process that leads the most of the
@@ -225,7 +231,12 @@ func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 			old[name] = e.Token
 		}
 	}
-	k := manyKill{Led: len(old), Shards: a.shards}
+	k := manyKill{Led: len(old), Shards: a.shards, EndedBefore: map[string]int{}}
+	for _, e := range a.log {
+		if e.Ev == "other-end" {
+			k.EndedBefore[e.Reason]++
+		}
+	}
 	t0 := time.Now()
 	p.kill()
 	took := map[string]float64{}
@@ -273,6 +284,21 @@ func killBusiest(a *arena, limit time.Duration) (manyKill, error) {
 		k.P1, k.P50, k.P99, k.Max = d[len(d)/100], d[len(d)/2], d[min(len(d)-1, len(d)*99/100)], d[len(d)-1]
 	}
 	return k, nil
+}
+
+// byReason is a count of terms by the reason each ended: their total, then
+// each reason's count.
+func byReason(n map[string]int) string {
+	total, reasons := 0, slices.Sorted(maps.Keys(n))
+	parts := make([]string, len(reasons))
+	for i, r := range reasons {
+		total += n[r]
+		parts[i] = fmt.Sprintf("%d %s", n[r], r)
+	}
+	if total == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }
 
 // ratio is large/small; -1 when either was not measured.
@@ -336,7 +362,7 @@ func printScale(w io.Writer, res *scaleResults) {
 			}
 		}
 		fmt.Fprintln(w)
-		tw = newTable(w, "CONTENDER\tKILLED PROCESS LED\tLED AGAIN\tFAILOVER p1\tp50\tp99\tMAX\tp99 - p1\tTOKENS NOT ABOVE\tSHARDS EVEN AGAIN")
+		tw = newTable(w, "CONTENDER\tTERMS ENDED BEFORE THE KILL\tKILLED PROCESS LED\tLED AGAIN\tFAILOVER p1\tp50\tp99\tMAX\tp99 - p1\tTOKENS NOT ABOVE\tSHARDS EVEN AGAIN")
 		for _, r := range res.Runs {
 			for _, k := range r.ManyKill {
 				even := "-"
@@ -346,7 +372,7 @@ func printScale(w io.Writer, res *scaleResults) {
 				case k.Shards:
 					even = "not within the limit"
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Contender, k.Led, k.Again, secs(k.P1), secs(k.P50), secs(k.P99), secs(k.Max),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Contender, byReason(k.EndedBefore), k.Led, k.Again, secs(k.P1), secs(k.P50), secs(k.P99), secs(k.Max),
 					secs(k.P99-k.P1), k.Tokens, even)
 			}
 		}

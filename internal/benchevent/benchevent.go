@@ -20,9 +20,9 @@ import (
 // Event is one line a candidate process prints.
 type Event struct {
 	// ready (obeys Quiet), start, end, call (a write begins), write
-	// (it returned), trap (an armed failpoint was reached); other-start: a
-	// term of one of the elections beyond the first began (candidate
-	// -elections). A start is printed as the leader's function begins and
+	// (it returned), trap (an armed failpoint was reached); other-start and
+	// other-end: a term of one of the elections beyond the first began or
+	// ended (candidate -elections). A start is printed as the leader's function begins and
 	// its end once its last write has returned, as the function returns:
 	// between the two the term acts. exit: the process ends, and any term
 	// of it that printed no end with it; a candidate that kills itself
@@ -30,7 +30,7 @@ type Event struct {
 	// ended, at the time it SIGKILLed the process if it did.
 	Ev       string `json:"ev"`
 	ID       string `json:"id"`
-	Election string `json:"election,omitempty"` // only for other-start
+	Election string `json:"election,omitempty"` // only for other-start and other-end
 	Term     string `json:"term"`
 	Token    uint64 `json:"token,omitempty"`
 	// Op names one write: its call event and its write event carry it,
