@@ -351,12 +351,12 @@ func renewLeases(ctx context.Context, db *sql.DB, tbl tables, held []heldTerm) (
 	return results, got.Err()
 }
 
-// earlierReaders returns, of the elections of locks, those with a
-// candidate row an earlier version wrote last (seenNow): its candidate
-// judges a term by its record's own renewal, not its lease.
-func earlierReaders(ctx context.Context, conn *sql.Conn, t tables, locks []string) (map[string]bool, error) {
-	rows, err := conn.QueryContext(ctx, "SELECT DISTINCT lock_name FROM `"+t.candidate+"` WHERE lock_name IN ("+literals(locks)+
-		") AND NOT (lease_aware_at <=> seen_at)")
+// earlierReaders returns the elections with a candidate row an earlier
+// version wrote last (seenNow): its candidate judges a term by its
+// record's own renewal, not its lease. The index holds those rows apart:
+// the statement reads them alone.
+func earlierReaders(ctx context.Context, conn *sql.Conn, t tables) (map[string]bool, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT DISTINCT lock_name FROM `"+t.candidate+"` WHERE by_earlier = TRUE")
 	if err != nil {
 		return nil, err
 	}

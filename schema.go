@@ -123,7 +123,9 @@ func ddl(t tables) []string {
 			"  " + waitingColumn + ",\n" +
 			"  " + sessionColumn + ",\n" +
 			"  " + leaseAwareColumn + ",\n" +
-			"  PRIMARY KEY (lock_name, identity)\n" +
+			"  " + earlierColumn + ",\n" +
+			"  PRIMARY KEY (lock_name, identity),\n" +
+			"  " + earlierIndex + "\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.term + "` (\n" +
 			"  lock_name      VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n" +
@@ -188,8 +190,9 @@ func CreateSchema(ctx context.Context, db *sql.DB, prefix string) error {
 //   - leaseAwareColumn, the candidate's: seen_at again, written beside it
 //     by every statement of a version that judges a term by its lease
 //     (seenNow), so that a row an earlier version wrote last, whose
-//     candidate reads only the record's own renewal, shows
-//     (earlierReaders).
+//     candidate reads only the record's own renewal, shows: earlierColumn,
+//     computed by the server, and indexed, so that finding those rows
+//     (earlierReaders) reads them alone, whatever the number of the others.
 const (
 	serverColumn     = "server         VARCHAR(255) CHARACTER SET utf8mb4 NULL"
 	delayColumn      = "delay_until    DATETIME(6) NULL"
@@ -207,6 +210,8 @@ const (
 	sessionColumn    = "session        VARCHAR(16) CHARACTER SET ascii NULL"
 	leaseColumn      = "lease_id       BIGINT UNSIGNED NULL"
 	leaseAwareColumn = "lease_aware_at DATETIME(6) NULL"
+	earlierColumn    = "by_earlier     BOOLEAN AS (NOT (lease_aware_at <=> seen_at)) VIRTUAL"
+	earlierIndex     = "INDEX by_earlier (by_earlier)"
 )
 
 // column is one added column: its table, its name, and the statement that
@@ -228,7 +233,8 @@ func (t tables) added() []column {
 		{t.term, "lasted_us", "ALTER TABLE `" + t.term + "` ADD COLUMN " + lastedColumn + " AFTER reason"},
 		{t.candidate, "session", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + sessionColumn + " AFTER waiting_since"},
 		{t.record, "lease_id", "ALTER TABLE `" + t.record + "` ADD COLUMN " + leaseColumn + " AFTER value_epoch"},
-		{t.candidate, "lease_aware_at", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + leaseAwareColumn + " AFTER session"},
+		{t.candidate, "lease_aware_at", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + leaseAwareColumn + " AFTER session, ADD COLUMN " + earlierColumn +
+			" AFTER lease_aware_at, ADD " + earlierIndex},
 	}
 }
 

@@ -312,7 +312,7 @@ func TestTablesOfAnEarlierVersion(t *testing.T) {
 	if err != nil || len(hist) != 1 || hist[0].Server != want || want == "" {
 		t.Errorf("history on upgraded tables: %+v, %v; want the server %q", hist, err, want)
 	}
-	for _, read := range []string{"SELECT delay_until, value, value_epoch, lease_id FROM election_record LIMIT 0", "SELECT value, priority, version, healthy, waiting_since, session, lease_aware_at FROM election_candidate LIMIT 0"} {
+	for _, read := range []string{"SELECT delay_until, value, value_epoch, lease_id FROM election_record LIMIT 0", "SELECT value, priority, version, healthy, waiting_since, session, lease_aware_at, by_earlier FROM election_candidate LIMIT 0"} {
 		if _, err := admin.ExecContext(ctx, read); err != nil {
 			t.Errorf("the added columns after the upgrade: %v", err)
 		}

@@ -872,14 +872,10 @@ func (s *sharedSession) stampForEarlier(r *renewal, due []*sharedCandidate) {
 	if len(due) == 0 {
 		return
 	}
-	locks := make([]string, len(due))
-	for i, m := range due {
-		locks[i] = m.lock
-	}
 	var earlier map[string]bool
 	sent := time.Now()
 	if s.doFirst(func(ctx context.Context, conn *sql.Conn) (err error) {
-		earlier, err = earlierReaders(ctx, conn, s.sh.key.tbl, locks)
+		earlier, err = earlierReaders(ctx, conn, s.sh.key.tbl)
 		return err
 	}) != nil {
 		return // they are still due at the next renewal
