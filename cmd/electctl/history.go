@@ -31,19 +31,21 @@ func (c *cli) history(ctx context.Context, name string) int {
 			Started  jsonTime `json:"started"`
 			Ended    jsonTime `json:"ended"`
 			Reason   string   `json:"reason"`
-			Duration string   `json:"duration"`
-			// By the leader's own clock (null: it did not record its end),
-			// and how far the server's clock moved during the term beyond
-			// that (null: not known, or within the round trips).
+			// DURATION's (null while the term goes on); by the leader's
+			// own clock (null: it did not record its end), and how far the
+			// server's clock moved during the term beyond that (null: not
+			// known, or within the round trips).
+			DurationMS   *float64 `json:"duration_ms"`
 			LastedMS     *float64 `json:"lasted_ms"`
 			ClockMovedMS *float64 `json:"clock_moved_ms"`
 		}
 		views := []termView{}
 		for _, t := range hist {
 			v := termView{Token: t.Token, Leader: t.Identity, Host: t.Host, PID: t.PID, Server: t.Server, Started: jsonTime(t.Started), Ended: jsonTime(t.Ended),
-				Reason: t.Reason, Duration: "-"}
+				Reason: t.Reason}
 			if !t.Ended.IsZero() {
-				v.Duration = lasted(t).Round(time.Millisecond).String()
+				d := ms(lasted(t))
+				v.DurationMS = &d
 			}
 			if t.Lasted > 0 {
 				lasted := ms(t.Lasted)

@@ -271,6 +271,19 @@ func TestDemoteHandoverCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || res["new_leader"] != target || res["killed"] != false {
 		t.Fatalf("handover --json: %d %v %s", code, err, out)
 	}
+	// In JSON a term's length is a number of milliseconds, null while it
+	// goes on, as every other length electctl prints there.
+	code, out, _ = c.ctl("history", "cron", "--json")
+	var terms []map[string]any
+	if err := json.Unmarshal([]byte(out), &terms); code != exitOK || err != nil || len(terms) < 2 {
+		t.Fatalf("history --json: %d %v\n%s", code, err, out)
+	}
+	for i, term := range terms {
+		d, has := term["duration_ms"]
+		if _, s := term["duration"]; s || !has || i == 0 && d != nil || i > 0 && (d == nil || d.(float64) <= 0) {
+			t.Fatalf("history --json: term %d has duration_ms %v (want null for the leading one, else a positive number), and no duration string:\n%s", i, d, out)
+		}
+	}
 	if code, out, errOut := c.ctl("remove", "cron"); code != exitRefused || !strings.Contains(errOut, "in use") || c.token("cron") == 0 {
 		t.Fatalf("remove while candidates campaign: %d %s %s", code, out, errOut)
 	}
