@@ -102,6 +102,32 @@ func TestNewRejectsBadInput(t *testing.T) {
 	assertWroteNothing(t, db, nil, "New and NewOperator")
 }
 
+// A pool bounded to one connection after New, which New refuses: the
+// next campaign refuses it the same way, and a fenced transaction of a
+// term already begun returns the error at once, instead of waiting for
+// the connection the candidate holds, for the whole term.
+func TestPoolBoundedToOneAfterNew(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	ctx := ctxFor(t, time.Minute)
+	e := newElector(t, election.Auto, db, "one-connection", "a")
+	term, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	err = term.Fenced(ctx, func(tx *sql.Tx) error { return nil })
+	if !errors.Is(err, election.ErrInvalidConfig) || !strings.Contains(err.Error(), "SetMaxOpenConns(2)") {
+		t.Fatalf("Fenced on a pool bounded to one connection: %v, want ErrInvalidConfig naming SetMaxOpenConns(2)", err)
+	}
+	if err := term.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Campaign(ctx); !errors.Is(err, election.ErrInvalidConfig) {
+		t.Fatalf("Campaign on a pool bounded to one connection: %v, want ErrInvalidConfig", err)
+	}
+}
+
 func TestDSNWithoutDatabase(t *testing.T) {
 	t.Parallel()
 	e := newElector(t, election.GetLock, server.Open(t, ""), "nodb", "a")

@@ -121,8 +121,8 @@ func New(db *sql.DB, name string, cfg Config) (*Elector, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n := db.Stats().MaxOpenConnections; n == 1 {
-		return nil, fmt.Errorf("%w: db allows only one open connection, which the candidate pins, so fenced transactions would wait forever: call db.SetMaxOpenConns(2) or more", ErrInvalidConfig)
+	if err := oneConnection(db); err != nil {
+		return nil, err
 	}
 	e := &Elector{log: cfg.Logger.With("election", name, "identity", cfg.Identity)}
 	cfg.Observer = e.stats.observing(cfg.Observer)
@@ -157,9 +157,23 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	return e.campaign(ctx, ctx, false)
 }
 
+// oneConnection refuses a pool bounded to one connection, which the
+// candidate pins, so that fenced transactions would wait for the whole
+// term. New checks it, and so do each campaign and each fenced
+// transaction: the program may bound the pool after New.
+func oneConnection(db *sql.DB) error {
+	if db.Stats().MaxOpenConnections == 1 {
+		return fmt.Errorf("%w: db allows only one open connection (db.SetMaxOpenConns(1)), which the candidate pins, so fenced transactions would wait for the whole term: call db.SetMaxOpenConns(2) or more", ErrInvalidConfig)
+	}
+	return nil
+}
+
 // campaign waits under waitCtx and binds the term to termCtx. With try it
 // does not wait: it returns ErrHeld if another candidate leads.
 func (e *Elector) campaign(waitCtx, termCtx context.Context, try bool) (*Term, error) {
+	if err := oneConnection(e.st.db); err != nil {
+		return nil, err
+	}
 	n, err := e.occupy()
 	if err != nil {
 		return nil, err

@@ -106,6 +106,9 @@ func (t *Term) FencedTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *sq
 	if !t.IsLeader() {
 		return &StaleTokenError{Token: t.token, Cause: t.endCause()}
 	}
+	if err := oneConnection(t.st.db); err != nil {
+		return err
+	}
 	if server, _ := t.st.settled(); opts != nil && opts.ReadOnly && server.certifies() {
 		return fmt.Errorf("%w: a fenced transaction cannot be READ ONLY on Galera or multi-primary Group Replication, where its check writes the epoch row; leave ReadOnly unset", ErrUnsupported)
 	}

@@ -23,14 +23,14 @@ func (c *cli) history(ctx context.Context, name string) int {
 	}
 	if c.json {
 		type termView struct {
-			Token    uint64   `json:"token"`
-			Leader   string   `json:"leader"`
-			Host     string   `json:"host"`
-			PID      int      `json:"pid"`
-			Server   string   `json:"server"`
-			Started  jsonTime `json:"started"`
-			Ended    jsonTime `json:"ended"`
-			Reason   string   `json:"reason"`
+			Token   uint64   `json:"token"`
+			Leader  string   `json:"leader"`
+			Host    string   `json:"host"`
+			PID     int      `json:"pid"`
+			Server  string   `json:"server"`
+			Started jsonTime `json:"started"`
+			Ended   jsonTime `json:"ended"`
+			Reason  string   `json:"reason"`
 			// DURATION's (null while the term goes on); by the leader's
 			// own clock (null: it did not record its end), and how far the
 			// server's clock moved during the term beyond that (null: not
