@@ -233,7 +233,10 @@ type Candidate struct {
 	Since    time.Time // when this process joined, database clock
 	// SeenAgo is how long ago the candidate was last known to campaign: 0
 	// for a live GetLock candidate, whose session's lock shows it at every
-	// read; the age of its last heartbeat for a LeaseRow candidate.
+	// read; the age of its last heartbeat for a LeaseRow candidate. For a
+	// GetLock candidate that is gone (not Alive, and not withdrawn as
+	// unhealthy) the server does not say when its session ended: SeenAgo is
+	// then only the age of its row's last write, an upper bound.
 	SeenAgo time.Duration
 	Alive   bool // it campaigns now
 	Leader  bool // it leads now

@@ -44,31 +44,43 @@ func (c *cli) candidates(ctx context.Context, name string) int {
 	}
 	var rows [][]string
 	for _, k := range cs {
-		role := "candidate"
+		role, seen, health := "candidate", ago(k.SeenAgo), shownOrDash(k.Health)
 		switch {
 		case k.Leader:
 			role = "leader"
 		case !k.Alive && k.Health == "unhealthy":
 			role = "unhealthy" // withdrawn, not dead
 		case !k.Alive:
-			role = "dead"
+			// Its last health is not its health now; and when a GetLock
+			// candidate's session ended, the server does not say.
+			role, health = "dead", "-"
+			if gone(k) {
+				seen = "-"
+			}
 		}
-		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), ago(k.SeenAgo), shownOrDash(k.Session),
-			fmt.Sprint(k.Priority), shownOrDash(k.Version), shownOrDash(k.Health), shownOrDash(k.Value)})
+		rows = append(rows, []string{shown(k.Identity), role, shown(k.Host), fmt.Sprint(k.PID), stamp(k.Since), seen, shownOrDash(k.Session),
+			fmt.Sprint(k.Priority), shownOrDash(k.Version), health, shownOrDash(k.Value)})
 	}
 	c.table("CANDIDATE\tROLE\tHOST\tPID\tSINCE\tSEEN\tSESSION\tPRIORITY\tVERSION\tHEALTH\tVALUE", rows)
 	return exitOK
 }
 
+// gone reports whether k is a GetLock candidate whose session has ended
+// (its lock is free): when it ended is not known.
+func gone(k election.Candidate) bool {
+	return !k.Alive && k.Health != "unhealthy" && k.Session != election.SessionPool
+}
+
 // candidateView is the JSON form of a candidate. Health is "healthy",
 // "unhealthy", or empty for a candidate that runs no check; Session is
-// "own", "shared" or "pool" (election.Candidate.Session).
+// "own", "shared" or "pool" (election.Candidate.Session). SeenAgoMS is
+// null for a GetLock candidate that is gone.
 type candidateView struct {
 	Identity  string   `json:"identity"`
 	Host      string   `json:"host"`
 	PID       int      `json:"pid"`
 	Since     jsonTime `json:"since"`
-	SeenAgoMS float64  `json:"seen_ago_ms"`
+	SeenAgoMS *float64 `json:"seen_ago_ms"`
 	Alive     bool     `json:"alive"`
 	Leader    bool     `json:"leader"`
 	Value     string   `json:"value"`
@@ -80,5 +92,10 @@ type candidateView struct {
 
 // candidate gives the JSON form of candidate k.
 func candidate(k election.Candidate) candidateView {
-	return candidateView{k.Identity, k.Host, k.PID, jsonTime(k.Since), ms(k.SeenAgo), k.Alive, k.Leader, k.Value, k.Priority, k.Version, k.Health, k.Session}
+	var seen *float64
+	if !gone(k) {
+		d := ms(k.SeenAgo)
+		seen = &d
+	}
+	return candidateView{k.Identity, k.Host, k.PID, jsonTime(k.Since), seen, k.Alive, k.Leader, k.Value, k.Priority, k.Version, k.Health, k.Session}
 }

@@ -212,6 +212,28 @@ func TestStatusHistoryCandidates(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &hist); code != exitOK || err != nil || len(hist) != 1 || hist[0]["leader"] != leader {
 		t.Fatalf("history --json: %d %v\n%s", code, err, out)
 	}
+	// A GetLock candidate whose process was killed a minute after it
+	// joined, healthy then: its row stays, its candidate lock is free.
+	// When its session ended the server does not say, nor how it is now.
+	if _, err := c.db.Exec("INSERT INTO election_candidate (lock_name, identity, strategy, host, pid, since, seen_at, lease_aware_at, expiry_us, healthy, session) " +
+		"SELECT lock_name, 'host-k', 'get_lock', 'vm', 1, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, " +
+		"UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE, 1000000000, TRUE, 'own' FROM election_record WHERE name = 'billing'"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = c.ctl("candidates", "billing")
+	if k := fields(out, "host-k "); code != exitOK || len(k) < 11 || k[1] != "dead" || k[len(k)-6] != "-" || k[len(k)-2] != "-" {
+		t.Fatalf("candidates: the killed one is not dead with SEEN and HEALTH unknown (-): %d\n%s", code, out)
+	}
+	code, out, _ = c.ctl("candidates", "billing", "--json")
+	cands = nil
+	if err := json.Unmarshal([]byte(out), &cands); code != exitOK || err != nil {
+		t.Fatalf("candidates --json: %d %v\n%s", code, err, out)
+	}
+	for _, k := range cands {
+		if k.Identity == "host-k" && (k.Alive || k.SeenAgoMS != nil) || k.Identity != "host-k" && k.SeenAgoMS == nil {
+			t.Fatalf("candidates --json: %+v: want seen_ago_ms null for the killed one alone\n%s", k, out)
+		}
+	}
 }
 
 func waitCandidates(t *testing.T, c *cluster, name string, n int) {
