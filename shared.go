@@ -223,7 +223,7 @@ type sharedCandidate struct {
 	stamped time.Time // when its record's own renewal was last stamped, at the latest
 	led     bool      // it took the lock for a term, and the lease has not counted its freeing
 
-	watch leaseWatch // the poll's alone
+	seen leaseSeen // the poll's alone: what it last saw of its election's lease
 }
 
 // joinSession adds a candidate of election lock to a shared session that
@@ -589,7 +589,7 @@ func (s *sharedSession) membersWhere(keep func(m *sharedCandidate) bool) []*shar
 }
 
 // poll tries, in one statement, the locks of every waiting candidate
-// whose election has a record and may have changed (watching), and reads
+// whose election has a record and may have changed (changed), and reads
 // those records; it hands each lock it took to its candidate, and kills
 // the session of a leader that the record's rule finds stuck or
 // disobedient. Elections without a record yet are tried in a statement of
@@ -600,7 +600,7 @@ func (s *sharedSession) poll() {
 	if len(waiting) == 0 {
 		return
 	}
-	waiting, err := s.watching(waiting)
+	waiting, err := s.changed(waiting)
 	if err != nil || len(waiting) == 0 {
 		return
 	}
@@ -630,7 +630,7 @@ func (s *sharedSession) poll() {
 			case rec.overdue() != "":
 				stuck = append(stuck, overdue{m, rec, rec.overdue()})
 			default:
-				m.watch = s.watchFor(rec, l, r)
+				m.seen = s.seenFor(rec, l, r)
 			}
 		})
 		if err != nil {
@@ -682,7 +682,7 @@ func (s *sharedSession) poll() {
 	}
 }
 
-// leaseWatch is what a waiting candidate saw of its election's term, held
+// leaseSeen is what a waiting candidate saw of its election's term, held
 // on a shared session's lease: while that lease's session holds its lock,
 // counts no change and keeps renewing it, the term is as it was, and the
 // poll neither tries the election's lock nor reads its record. The
@@ -690,8 +690,8 @@ func (s *sharedSession) poll() {
 // is counted after the lock is free (countFreed); a demotion counts when
 // it is written (store.request); a session that dies frees the lease's
 // lock with the election's.
-type leaseWatch struct {
-	lease     uint64    // 0: no watch, try the lock and read the record
+type leaseSeen struct {
+	lease     uint64    // 0: none, try the lock and read the record
 	changes   uint64    // the changes counted in the lease when the record was read
 	renewedUS int64     // the lease's renewal last seen
 	moved     time.Time // when that renewal was seen to move, or when it was made, by the record's age
@@ -701,31 +701,31 @@ type leaseWatch struct {
 // records are read again at every poll: L + S − 2C, so that a hung
 // session's terms are read again by L + S after their last renewal (seen
 // up to C after it, then the poll C later), when the record's rule may
-// first find them overdue. Zero or less: no watch.
+// first find them overdue. Zero or less: no lease is trusted so.
 func (s *sharedSession) quiet() time.Duration {
 	k := s.sh.key
 	return k.lease + k.margin - 2*k.checkPeriod
 }
 
-// watchFor is the watch a read of rec, with its lease l, in reading r,
-// allows: one on a term that leads (the record's rule), with no request
-// pending, renewed through lease l.
-func (s *sharedSession) watchFor(rec Record, l leaseState, r reading) leaseWatch {
+// seenFor is what a waiter keeps of a read of rec, with its lease l, in
+// reading r: the lease, if the term leads (the record's rule), with no
+// request pending, renewed through lease l; else nothing.
+func (s *sharedSession) seenFor(rec Record, l leaseState, r reading) leaseSeen {
 	if l.id == 0 || s.quiet() <= 0 || !rec.Leading() || rec.demoted || rec.HandoverTo != "" {
-		return leaseWatch{}
+		return leaseSeen{}
 	}
-	return leaseWatch{lease: l.id, changes: l.changes, renewedUS: l.renewedUS, moved: r.sent.Add(-rec.renewalAge())}
+	return leaseSeen{lease: l.id, changes: l.changes, renewedUS: l.renewedUS, moved: r.sent.Add(-rec.renewalAge())}
 }
 
-// watching returns the candidates of waiting whose election may have
-// changed: those that watch no lease, and those whose lease, read here in
+// changed returns the candidates of waiting whose election may have
+// changed: those that keep no lease, and those whose lease, read here in
 // one statement for all, is gone, is no longer held, counts a change, or
-// has not moved for quiet. It drops the watch of those.
-func (s *sharedSession) watching(waiting []*sharedCandidate) ([]*sharedCandidate, error) {
+// has not moved for quiet; those forget it.
+func (s *sharedSession) changed(waiting []*sharedCandidate) ([]*sharedCandidate, error) {
 	var ids []uint64
 	seen := map[uint64]bool{}
 	for _, m := range waiting {
-		if id := m.watch.lease; id != 0 && !seen[id] {
+		if id := m.seen.lease; id != 0 && !seen[id] {
 			seen[id] = true
 			ids = append(ids, id)
 		}
@@ -746,7 +746,7 @@ func (s *sharedSession) watching(waiting []*sharedCandidate) ([]*sharedCandidate
 	}
 	var look []*sharedCandidate
 	for _, m := range waiting {
-		w := &m.watch
+		w := &m.seen
 		if w.lease == 0 {
 			look = append(look, m)
 			continue
@@ -756,7 +756,7 @@ func (s *sharedSession) watching(waiting []*sharedCandidate) ([]*sharedCandidate
 			w.renewedUS, w.moved = l.renewedUS, sent
 		}
 		if !ok || !l.held || l.changes != w.changes || sent.Sub(w.moved) > s.quiet() {
-			*w = leaseWatch{}
+			*w = leaseSeen{}
 			look = append(look, m)
 		}
 	}
@@ -772,7 +772,7 @@ func (s *sharedSession) hand(ctx context.Context, conn *sql.Conn, taken []*share
 	s.mu.Lock()
 	for _, m := range taken {
 		if !m.left && m.waiting {
-			m.waiting, m.watch = false, leaseWatch{}
+			m.waiting, m.seen = false, leaseSeen{}
 			m.won <- sent
 		} else {
 			orphans = append(orphans, m.lock)
