@@ -1,6 +1,8 @@
 package election
 
 import (
+	"database/sql"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,6 +35,39 @@ func TestWatchFor(t *testing.T) {
 	} {
 		if got := watchFor(c.rec, cfg); got != c.want {
 			t.Errorf("%s: watchFor = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A batch's derived table compares its lock_name and identity columns, and
+// writes its name, to the record's ascii_bin and utf8mb4_bin columns. MySQL
+// gives a UNION's derived columns IMPLICIT coercibility, and without an
+// explicit COLLATE such a comparison fails with 1267 there (MariaDB and
+// TiDB accept it; docs/mysql-8.4.md, "Batched reads" and "Batched
+// claims"): every such literal carries its column's collation, plain or
+// hex.
+func TestBatchLiteralsCarryTheirCollations(t *testing.T) {
+	for _, c := range []struct{ lock, identity, name string }{
+		{"e/0123456789abcdef", "host-a", "billing"},
+		{"e\u00e9/0123456789abcdef", "h\u00f4te-\u00e9", "facturation \u00e9t\u00e9"},
+	} {
+		db, err := sql.Open("mysql", "u@tcp(127.0.0.1:9)/x") // no statement is sent
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		st := newStore(db, c.name, Config{Identity: c.identity})
+		v := termStart{st: st, lock: c.lock, session: 7}.values(predecessor{}, 1, 0)
+		for _, col := range []struct{ what, literal, want string }{
+			{"lock_name", v.lock, "COLLATE ascii_bin"},
+			{"identity", v.identity, "COLLATE utf8mb4_bin"},
+			{"name", v.name, "COLLATE utf8mb4_bin"},
+			{"a read's lock_name", lockLiteral(c.lock), "COLLATE ascii_bin"},
+			{"a read's identity", binLiteral(c.identity), "COLLATE utf8mb4_bin"},
+		} {
+			if !strings.HasSuffix(col.literal, col.want) {
+				t.Errorf("%s %q is %s, without %s", col.what, c.lock, col.literal, col.want)
+			}
 		}
 	}
 }
