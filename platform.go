@@ -107,6 +107,15 @@ func (p platform) getLockUnsound() string {
 		// test.
 		return "is TiDB, whose GET_LOCK cannot hold an election: IS_USED_LOCK answers 1 to other sessions, not the holder's session, " +
 			"so no one can tell who holds it; KILL does not end a session waiting in GET_LOCK; and a held lock is dropped after max-txn-ttl"
+	case p.statementLog:
+		// MySQL 8.4 manual, "Determination of Safe and Unsafe Statements in
+		// Binary Logging": the locking functions (IS_USED_LOCK among them)
+		// are unsafe; a replica re-running such a statement evaluates them
+		// on its own sessions. TestStatementLogChoosesTheLease shows
+		// MariaDB saying so (warning 1592).
+		return "logs statements (binlog_format=STATEMENT), and a GetLock term's start and keepalive change the record and the epoch only while " +
+			"IS_USED_LOCK names their session, which a replica re-running the statement cannot see: a promoted replica's record and epoch would " +
+			"differ from the primary's; set binlog_format=ROW (MySQL's default) or MIXED (MariaDB's)"
 	}
 	return ""
 }

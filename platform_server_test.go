@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqlelect/election"
 	"github.com/sqlelect/election/internal/failpoint"
+	"github.com/sqlelect/election/internal/mysqltest"
 )
 
 // The first term of a new election reads a record that does not exist yet:
@@ -219,4 +220,67 @@ func TestFencedWriteCommitsBeforeTheNextTerm(t *testing.T) {
 			assertTokenAfter(t, await(t, bc, 10*time.Second).term.Token(), ta.Token())
 		}
 	})
+}
+
+// Under a statement-based binary log a GetLock term's statements cannot be
+// re-run on a replica, and the server says so itself: a statement that
+// changes a row only while IS_USED_LOCK names its session is logged with
+// note 1592 (unsafe: "a system function that may return a different value
+// on the slave"). Auto then takes LeaseRow, saying why, and GetLock is
+// refused, naming the fix.
+func TestStatementLogChoosesTheLease(t *testing.T) {
+	if onTiDB || mysqltest.PrivateBinary() == "" {
+		t.Skip("needs a mariadbd/mysqld binary to start a server of its own with a statement-based binary log")
+	}
+	t.Parallel()
+	ctx := ctxFor(t, 2*time.Minute)
+	port, err := mysqltest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mysqltest.NewPrivate(mysqltest.PrivateBinary(), t.TempDir(), port, "", "--log-bin=binlog", "--binlog-format=STATEMENT", "--server-id=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	if err := srv.Initialize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := srv.Open(t, srv.NewDatabase(t))
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		level, message string
+		code           int
+	)
+	for _, stmt := range []string{"CREATE TABLE t (k INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 0)", "DO GET_LOCK('x', 0)",
+		"UPDATE t SET v = 1 WHERE IS_USED_LOCK('x') = CONNECTION_ID()"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := conn.QueryRowContext(ctx, "SHOW WARNINGS").Scan(&level, &code, &message); err != nil || code != 1592 {
+		t.Fatalf("the server's warning on a statement with IS_USED_LOCK: %d %q, %v; want 1592", code, message, err)
+	}
+	conn.Close()
+
+	var logs bytes.Buffer
+	cfg := fast
+	cfg.Identity, cfg.Logger = "a", slog.New(slog.NewTextHandler(&logs, nil))
+	term := await(t, campaign(ctx, newElectorWith(t, db, "auto", cfg)), 10*time.Second).term
+	rec, err := newOperator(t, db, "auto").Leader(ctx)
+	if err != nil || rec.Strategy != election.LeaseRow.String() || !strings.Contains(logLine(logs.String(), "strategy chosen"), "binlog_format=STATEMENT") {
+		t.Fatalf("record %+v, %v, log %q: want LeaseRow, chosen for binlog_format=STATEMENT", rec, err, logs.String())
+	}
+	resignAll(t, term)
+	cfg.Strategy, cfg.Identity, cfg.Logger = election.GetLock, "b", nil
+	_, err = newElectorWith(t, db, "refused", cfg).Campaign(ctx)
+	if !errors.Is(err, election.ErrUnsupported) || !strings.Contains(err.Error(), "binlog_format=ROW") {
+		t.Fatalf("GetLock under binlog_format=STATEMENT: %v, want ErrUnsupported naming binlog_format=ROW", err)
+	}
 }

@@ -38,7 +38,9 @@ func TestPlatformChecks(t *testing.T) {
 		{"vtgate refuses either", map[string]string{"version": "8.0.31-Vitess"}, Auto, 0, "vtgate", ""},
 		{"MySQL's GET_LOCK waits whole seconds", map[string]string{"version": mysql84}, GetLock, GetLock, "", "whole seconds"},
 		{"MySQL's lease does not wait in GET_LOCK", map[string]string{"version": mysql84}, LeaseRow, LeaseRow, "", ""},
-		{"statement-based binary log warns", map[string]string{"version": mariadb, "log_bin": "ON", "binlog_format": "STATEMENT"}, GetLock, GetLock, "", "binlog_format=STATEMENT"},
+		{"statement-based binary log refuses GET_LOCK", map[string]string{"version": mariadb, "log_bin": "ON", "binlog_format": "STATEMENT"}, GetLock, 0, "binlog_format=ROW", ""},
+		{"statement-based binary log chooses the lease, and warns", map[string]string{"version": mariadb, "log_bin": "ON", "binlog_format": "STATEMENT"}, Auto, LeaseRow, "", "binlog_format=STATEMENT"},
+		{"statement-based binary log off", map[string]string{"version": mariadb, "log_bin": "OFF", "binlog_format": "STATEMENT"}, Auto, GetLock, "", ""},
 		{"row-based binary log", map[string]string{"version": mariadb, "log_bin": "ON", "binlog_format": "ROW"}, LeaseRow, LeaseRow, "", ""},
 	}
 	for _, tc := range cases {
