@@ -59,11 +59,20 @@ func (c *cli) history(ctx context.Context, name string) int {
 		}
 		return c.printJSON(views)
 	}
+	// A term with no end recorded leads only if the record says so: its
+	// leader may be gone without a word (killed, the only candidate, and
+	// none has started a term since to close it).
+	leader, err := e.Leader(ctx)
+	leads := err == nil && leader.Leading()
 	var rows [][]string
 	for i, t := range hist {
 		reason := shown(t.Reason)
-		if t.Reason == "" {
+		switch {
+		case t.Reason != "":
+		case i == 0 && leads && leader.Token == t.Token:
 			reason = "(leading)"
+		default:
+			reason = "(no end recorded)"
 		}
 		rows = append(rows, []string{fmt.Sprint(t.Token), shown(t.Identity), shown(t.Host), fmt.Sprint(t.PID), servedBy(t, hist[i+1:]),
 			stamp(t.Started), stamp(t.Ended), duration(t), reason})

@@ -486,3 +486,38 @@ func assertNoTables(t *testing.T, dbName, refused string) {
 		t.Errorf("%s made %d tables", refused, n)
 	}
 }
+
+// The only candidate killed while it led: its term has no end recorded,
+// and no later term closes it. history says so, and does not call it
+// leading, as status does not.
+func TestHistoryOfALeaderGoneWithoutAWord(t *testing.T) {
+	c := newCluster(t)
+	c.add("solo", "a")
+	c.waitLeader("solo")
+	for _, stop := range c.cancel {
+		stop()
+	}
+	c.wg.Wait()
+	// What a SIGKILL of the leader leaves: the record names its term,
+	// leading, on a session that holds no lock; the term's row has no end.
+	token := c.token("solo") + 1000
+	for _, stmt := range []string{
+		fmt.Sprintf("UPDATE election_record SET epoch = %d, state = 'leading', conn_id = 4000000000, ended_at = NULL WHERE name = 'solo'", token),
+		fmt.Sprintf("INSERT INTO election_term (lock_name, epoch, holder, host, pid, started_at) SELECT lock_name, %d, 'a', 'vm', 1, UTC_TIMESTAMP(6) "+
+			"FROM election_record WHERE name = 'solo'", token),
+	} {
+		if _, err := c.db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ := c.ctl("history", "solo")
+	if f := fields(out, fmt.Sprint(token)); code != exitOK || len(f) < 3 || strings.Join(f[len(f)-3:], " ") != "(no end recorded)" {
+		t.Fatalf("history: the killed leader's term is not marked (no end recorded): %d\n%s", code, out)
+	}
+	if strings.Contains(out, "(leading)") {
+		t.Fatalf("history calls a term leading that no one leads:\n%s", out)
+	}
+	if code, out, _ := c.ctl("status"); code != exitOK || !strings.Contains(out, "stale") {
+		t.Fatalf("status: want the record stale: %d\n%s", code, out)
+	}
+}
