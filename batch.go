@@ -72,8 +72,8 @@ func tryLocks(ctx context.Context, conn *sql.Conn, locks []string) ([]bool, erro
 
 // tryRead tries the locks of the elections of locks on conn, as tryLocks
 // does, and reads their records in t, with the lease row of each term a
-// shared session holds, in one statement, and calls each with every row. A failure leaves the session in doubt, as one of
-// tryLocks does.
+// shared session holds, in one statement, and calls each with every row.
+// A failure leaves the session in doubt, as one of tryLocks does.
 func tryRead(ctx context.Context, conn *sql.Conn, t tables, locks []string, each func(lock string, got bool, rec Record, r reading, l leaseState)) error {
 	names := literals(locks)
 	sent := time.Now()
