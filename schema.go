@@ -210,6 +210,10 @@ const (
 	sessionColumn    = "session        VARCHAR(16) CHARACTER SET ascii NULL"
 	leaseColumn      = "lease_id       BIGINT UNSIGNED NULL"
 	leaseAwareColumn = "lease_aware_at DATETIME(6) NULL"
+	// A virtual column and an index on it: MySQL 8.4 "Secondary Indexes and
+	// Generated Columns" ("InnoDB supports secondary indexes on virtual
+	// generated columns"), "ALTER TABLE and Generated Columns"; tested on
+	// MariaDB, Galera and TiDB (docs/mysql-8.4.md).
 	earlierColumn    = "by_earlier     BOOLEAN AS (NOT (lease_aware_at <=> seen_at)) VIRTUAL"
 	earlierIndex     = "INDEX by_earlier (by_earlier)"
 )
