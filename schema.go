@@ -214,8 +214,8 @@ const (
 	// Generated Columns" ("InnoDB supports secondary indexes on virtual
 	// generated columns"), "ALTER TABLE and Generated Columns"; tested on
 	// MariaDB, Galera and TiDB (docs/mysql-8.4.md).
-	earlierColumn    = "by_earlier     BOOLEAN AS (NOT (lease_aware_at <=> seen_at)) VIRTUAL"
-	earlierIndex     = "INDEX by_earlier (by_earlier)"
+	earlierColumn = "by_earlier     BOOLEAN AS (NOT (lease_aware_at <=> seen_at)) VIRTUAL"
+	earlierIndex  = "INDEX by_earlier (by_earlier)"
 )
 
 // column is one added column: its table, its name, and the statement that
