@@ -400,7 +400,8 @@ type batchRead struct {
 // elections of starts (distinct ones that share the tables), as read does
 // each, and vouches for each read; an election without a record has no
 // row. The starts' identities decide whether a hand-over is pending to
-// another candidate.
+// another candidate; whether one of a higher priority waits is read
+// apart, for the starts whose records say one may (store.rank).
 func readPredecessors(ctx context.Context, conn *sql.Conn, starts []termStart) ([]batchRead, error) {
 	tbl := starts[0].st.tbl
 	byLock := make(map[string]termStart, len(starts))
@@ -423,6 +424,12 @@ func readPredecessors(ctx context.Context, conn *sql.Conn, starts []termStart) (
 	for i := range reads {
 		r := &reads[i]
 		byLock[r.lock].st.vouch(&r.p.rec, reading{r.p.rec.nowUS, sent, recv})
+	}
+	for i := range reads {
+		r := &reads[i]
+		if err := byLock[r.lock].st.rank(ctx, conn, r.lock, &r.p); err != nil {
+			return nil, err
+		}
 	}
 	return reads, nil
 }

@@ -38,6 +38,8 @@ type predecessor struct {
 	exists       bool          // the election has a record
 	delayUntilUS sql.NullInt64 // the end of a lock-delay owed, carried over from an earlier term (delay_until), µs
 	handing      bool          // a hand-over to another live candidate is pending
+	top          sql.NullInt64 // the highest priority a candidate joined with (top_priority); NULL: not known
+	outranked    bool          // a candidate of a higher priority than the reader's waits (store.outranked)
 }
 
 // errRaced: the record changed between the read and the claim of a term
@@ -68,18 +70,58 @@ func (s termStart) read(ctx context.Context, q querier) (predecessor, error) {
 		return p, during("reading the record", schemaError(s.st.tbl, err))
 	}
 	s.st.vouch(&p.rec, reading{p.rec.nowUS, sent, time.Now()})
-	return p, nil
+	err = s.st.rank(ctx, q, s.lock, &p)
+	return p, err
 }
 
 // predecessorColumns reads a predecessor from the record as r in t: owner
 // names its lock, me the reader's identity (SQL expressions).
 func predecessorColumns(t tables, owner, me string) string {
-	return recordColumns(owner) + ", " + utcMicros("r.delay_until") + ", COALESCE(" + handingOver(t, "r", me) + ", FALSE)"
+	return recordColumns(owner) + ", " + utcMicros("r.delay_until") + ", COALESCE(" + handingOver(t, "r", me) + ", FALSE), r.top_priority"
 }
 
 // fields returns the scan targets for predecessorColumns.
 func (p *predecessor) fields() []any {
-	return append(p.rec.fields(), &p.delayUntilUS, &p.handing)
+	return append(p.rec.fields(), &p.delayUntilUS, &p.handing, &p.top)
+}
+
+// mayBeOutranked reports whether a candidate of a higher priority than this one
+// may wait in the election p is the last term of, by the record's hint:
+// no candidate has joined it with a higher priority than top_priority;
+// NULL (a record written by an earlier version, or none) tells nothing.
+func (s *store) mayBeOutranked(p predecessor) bool {
+	return !p.top.Valid || p.top.Int64 > int64(s.cfg.Priority)
+}
+
+// rank reads, through q, whether a candidate of a higher priority than this
+// one waits in the election of lock, after the term p read (p.outranked),
+// where the hint says one may (mayBeOutranked). Among candidates of one
+// priority it costs nothing: any statement that so much as names the
+// candidate table costs the server more than the claim itself (measured:
+// docs/benchmarks.md, "Priority at every election").
+func (s *store) rank(ctx context.Context, q querier, lock string, p *predecessor) error {
+	if !s.mayBeOutranked(*p) {
+		return nil
+	}
+	var holder any
+	if p.exists {
+		holder = p.rec.Identity
+	}
+	err := q.QueryRowContext(ctx, text("SELECT "+s.outranked("?", "?", "?"), lock, int(s.cfg.Priority), holder)).Scan(&p.outranked)
+	if err != nil {
+		return during("reading the candidates", schemaError(s.tbl, err))
+	}
+	return nil
+}
+
+// outranked is true, in the election lock names, while a candidate of a
+// priority above priority waits in it (lock, priority and holder are SQL):
+// one a hand-over could name (Config.target), other than holder, the last
+// term's, which gave its term up or lost it. A new term yields to it for a
+// while (store.outrankedFor).
+func (s *store) outranked(lock, priority, holder string) string {
+	return "EXISTS (SELECT 1 FROM `" + s.tbl.candidate + "` c WHERE c.lock_name = " + lock + " AND c.priority > " + priority +
+		" AND NOT (c.identity <=> " + holder + ") AND " + s.cfg.target("c") + ")"
 }
 
 // handingOver is true, on the record as r, while a hand-over to another
@@ -124,9 +166,12 @@ func (s termStart) claim(ctx context.Context, q querier, p predecessor, delay ti
 	claimed := p.next()
 	v := s.values(p, claimed, delay)
 	if !p.exists {
+		// top_priority counts the candidates' rows, which every joiner
+		// writes before it raises the hint (presence.joinOn).
 		_, err := q.ExecContext(ctx, "INSERT INTO `"+s.st.tbl.record+"` "+
-			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, value_epoch, lease_id, since, renewed_at) "+
-			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value, v.epoch, v.leaseID}, ", ")+
+			"(lock_name, name, strategy, state, epoch, holder, host, pid, conn_id, lease_us, value, value_epoch, lease_id, top_priority, since, renewed_at) "+
+			"VALUES ("+strings.Join([]string{v.lock, v.name, v.strategy, literal(stateLeading), v.epoch, v.identity, v.host, v.pid, v.session, v.leaseUS, v.value, v.epoch, v.leaseID,
+			"(SELECT MAX(c.priority) FROM `" + s.st.tbl.candidate + "` c WHERE c.lock_name = " + v.lock + ")"}, ", ")+
 			", UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
 		if me := new(mysql.MySQLError); errors.As(err, &me) && me.Number == 1062 { // duplicate key
 			return 0, errRaced
@@ -181,7 +226,10 @@ func (s termStart) claimBumped(ctx context.Context, q querier, v claimValues, cl
 // and returns the token; ok is false if it changed nothing.
 func (s termStart) claimContinued(ctx context.Context, q querier, p predecessor, claimed uint64) (token uint64, ok bool, err error) {
 	v := s.values(p, claimed, 0)
-	return s.claimBumped(ctx, q, v, claimed, s.continued(v))
+	// The look may be older than a candidate of a higher priority that
+	// joined since, whose join raised the hint.
+	where := s.continued(v) + " AND r.top_priority <= " + literal(int(s.st.cfg.Priority))
+	return s.claimBumped(ctx, q, v, claimed, where)
 }
 
 // continued is claimOnLook's condition on the record as r: see there.

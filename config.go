@@ -153,7 +153,11 @@ type Config struct {
 	// with Term.Proclaim. At most 1024 bytes of printable UTF-8.
 	Value string
 	// Priority ranks this candidate for leadership, higher first (default
-	// 0). It moves leaders only where PreferAfter is set.
+	// 0). Whenever a term ends, a candidate that wins the election while a
+	// live, healthy candidate of a higher priority waits gives it back, for
+	// up to 2×(Interval + CheckInterval), so that the next term is the
+	// highest's; equals never wait for each other. A candidate that joins
+	// during a term moves the leader only where PreferAfter is set.
 	Priority int32
 	// Version is shown beside this candidate (Candidates, electctl), for
 	// rolling deploys; it is not compared: to prefer a version, give it a
@@ -294,6 +298,13 @@ func (c Config) waitTimeout() int64 {
 func (c Config) tryLimit() time.Duration {
 	return 2 * time.Duration(c.waitTimeout()) * time.Second
 }
+
+// targetHold is how long the others give an election back to a candidate
+// it is meant for (a shard's hand-over target, a waiting candidate of
+// higher priority): time for it to see the lock free and take it, its next
+// poll or a walk of the queue, and room for a slow round trip. Should it die
+// meanwhile, the others stop giving the election back soon.
+func (c Config) targetHold() time.Duration { return 2 * (c.Interval + c.CheckInterval) }
 
 // heartbeatPeriod is how often a LeaseRow candidate refreshes its row: at
 // most once per lease, so that waiting costs almost nothing. (A GetLock

@@ -744,7 +744,7 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 	for _, tbl := range []string{"record", "epoch", "candidate", "term", "lease"} {
 		prepare = append(prepare, step{"check " + tbl, "SELECT 1 FROM `election_" + tbl + "` LIMIT 0", "checking the tables"})
 	}
-	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value, value_epoch, lease_id FROM `election_record` LIMIT 0", "checking the tables"},
+	prepare = append(prepare, step{"check the record's added columns", "SELECT delay_until, value, value_epoch, lease_id, top_priority FROM `election_record` LIMIT 0", "checking the tables"},
 		step{"check the candidate's added columns", "SELECT value, priority, version, healthy, waiting_since, session, lease_aware_at FROM `election_candidate` LIMIT 0", "checking the tables"},
 		step{"check the term's added columns", "SELECT server, lasted_us FROM `election_term` LIMIT 0", "checking the tables"})
 	session := []step{
@@ -752,10 +752,12 @@ func TestFirstUseIsBoundedAtEveryStep(t *testing.T) {
 		{"session id and candidate lock", "SELECT CONNECTION_ID(), GET_LOCK(", "setting up the session"},
 	}
 	rest := []step{
-		{"other strategies' candidates", "SELECT MIN(identity) FROM `election_candidate`", "reading the candidates"},
+		{"other strategies' candidates", "SELECT MIN(identity), (SELECT r.top_priority FROM `election_record`", "reading the candidates"},
 		{"candidate row", "INSERT INTO `election_candidate`", "candidate heartbeat"},
+		{"priorities' hint", "UPDATE `election_record` r SET r.top_priority", "joining the election"},
 		{"dead candidates", "DELETE c FROM `election_candidate`", "cleaning up candidates"},
 		{"record read", "SELECT r.name, r.strategy, r.state", "reading the record"},
+		{"waiting candidates' priorities", "SELECT EXISTS (SELECT 1 FROM `election_candidate`", "reading the candidates"},
 		{"claim", "INSERT INTO `election_record`", "writing the record"},
 		{"epoch bump", "INSERT INTO `election_epoch`", "bumping the epoch"},
 	}

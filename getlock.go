@@ -170,7 +170,7 @@ func (g *getLock) acquireOwn(ctx context.Context, lock string, try bool) (won, e
 			if errors.Is(err, errYield) {
 				if try {
 					err = ErrHeld // dropping the session gives the lock back
-				} else if err = s.yield(ctx); err == nil {
+				} else if err = s.yield(ctx, err); err == nil {
 					continue
 				}
 			}
@@ -381,14 +381,15 @@ func (s *pinned) startTerm(ctx context.Context) (time.Duration, predecessor, err
 }
 
 // yield gives the lock and the deputy's place back without starting a
-// term, and waits one check interval before it queues again, so that the
-// hand-over target, queued behind it, becomes the deputy and wins next.
-func (s *pinned) yield(ctx context.Context) error {
+// term (why: errYield's cause), and waits one check interval before it
+// queues again, so that the candidate it yields to, queued behind it,
+// becomes the deputy and wins next.
+func (s *pinned) yield(ctx context.Context, why error) error {
 	if err := releaseLocks(ctx, s.conn, s.lock, deputyLock(s.lock)); err != nil {
 		return fmt.Errorf("%w: yielding: %w", ErrSessionLost, err)
 	}
 	s.deputy = false
-	s.g.log.Info("yielded the lock to a pending hand-over")
+	s.g.log.Info("gave the lock back", "why", why)
 	select {
 	case <-time.After(s.g.st.cfg.CheckInterval):
 		return nil

@@ -20,9 +20,15 @@ import (
 // errHandedOver marks a demotion that names a successor.
 var errHandedOver = errors.New("handing over")
 
-// errYield: the election was won while a hand-over to another live
-// candidate is pending; the term is not started.
-var errYield = errors.New("election: yielding to the hand-over target")
+// errYield: the election was won while it is meant for another
+// candidate; the term is not started, and the lock is given back. Its
+// causes: a hand-over to another live candidate is pending, or a candidate
+// of a higher priority waits (Config.Priority).
+var (
+	errYield     = errors.New("election: yielding the election")
+	errHandover  = fmt.Errorf("%w to the target of a pending hand-over", errYield)
+	errOutranked = fmt.Errorf("%w to a waiting candidate of higher priority", errYield)
+)
 
 // demotion is the error that ends a term whose record asks it to step down.
 func demotion(handTo sql.NullString) error {

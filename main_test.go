@@ -511,6 +511,9 @@ func childMain() int {
 	if p := os.Getenv("ELECTION_CHILD_PRIORITY"); p != "" {
 		n, _ := strconv.Atoi(p)
 		cfg.Priority, cfg.Version, cfg.PreferAfter = int32(n), os.Getenv("ELECTION_CHILD_VERSION"), preferAfter
+		if d := os.Getenv("ELECTION_CHILD_PREFER_AFTER"); d != "" {
+			cfg.PreferAfter, _ = time.ParseDuration(d)
+		}
 	}
 	if f := os.Getenv("ELECTION_CHILD_UNHEALTHY_IF"); f != "" {
 		cfg.Health = func(context.Context) error {

@@ -100,6 +100,7 @@ func ddl(t tables) []string {
 			"  " + valueColumn + ",\n" +
 			"  " + valueEpochColumn + ",\n" +
 			"  " + leaseColumn + ",\n" +
+			"  " + topColumn + ",\n" +
 			"  PRIMARY KEY (lock_name)\n" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + t.epoch + "` (\n" +
@@ -210,6 +211,7 @@ const (
 	sessionColumn    = "session        VARCHAR(16) CHARACTER SET ascii NULL"
 	leaseColumn      = "lease_id       BIGINT UNSIGNED NULL"
 	leaseAwareColumn = "lease_aware_at DATETIME(6) NULL"
+	topColumn        = "top_priority   INT NULL"
 	// A virtual column and an index on it: MySQL 8.4 "Secondary Indexes and
 	// Generated Columns" ("InnoDB supports secondary indexes on virtual
 	// generated columns"), "ALTER TABLE and Generated Columns"; tested on
@@ -239,6 +241,7 @@ func (t tables) added() []column {
 		{t.record, "lease_id", "ALTER TABLE `" + t.record + "` ADD COLUMN " + leaseColumn + " AFTER value_epoch"},
 		{t.candidate, "lease_aware_at", "ALTER TABLE `" + t.candidate + "` ADD COLUMN " + leaseAwareColumn + " AFTER session, ADD COLUMN " + earlierColumn +
 			" AFTER lease_aware_at, ADD " + earlierIndex},
+		{t.record, "top_priority", "ALTER TABLE `" + t.record + "` ADD COLUMN " + topColumn + " AFTER lease_id"},
 	}
 }
 

@@ -198,9 +198,8 @@ func (s *Shards) rebalance(ctx context.Context) error {
 		}
 	}
 	// The hand-over is held for the target only as long as it needs to win
-	// the shard, the owner's next renewal and its own next try: should it
-	// die meanwhile, the others stop giving the shard back soon.
-	hold := 2 * (s.cfg.Interval + s.cfg.CheckInterval)
+	// the shard after the owner's next renewal.
+	hold := s.cfg.targetHold()
 	for _, m := range g.moves(s.cfg.Identity) {
 		switch err := s.electors[m.shard].st.request(ctx, locks[m.shard], tokens[m.shard], m.to, hold, false); {
 		case errors.Is(err, ErrNoLeader): // the term ended meanwhile

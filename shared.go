@@ -996,8 +996,8 @@ func (sh *sessionShare) acquireShared(ctx context.Context, g *getLock, lock stri
 			m.leaveSession()
 			return won{}, err
 		}
-		// A hand-over to another candidate is pending: give the lock back,
-		// and let the target take it before this one tries again.
+		// The election is meant for another candidate (errYield): give the
+		// lock back, and let that one take it before this one tries again.
 		if err := m.s.do(func(ctx context.Context, conn *sql.Conn) error {
 			return releaseLocks(ctx, conn, lock)
 		}); err != nil {
@@ -1007,7 +1007,7 @@ func (sh *sessionShare) acquireShared(ctx context.Context, g *getLock, lock stri
 		m.s.mu.Lock()
 		m.skip = time.Now().Add(g.st.cfg.CheckInterval)
 		m.s.mu.Unlock()
-		m.log.Info("yielded the lock to a pending hand-over")
+		m.log.Info("gave the lock back", "why", err)
 	}
 }
 

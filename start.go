@@ -70,8 +70,9 @@ func (p predecessor) delayLeft() time.Duration {
 //   - under LeaseRow, it returns ErrHeld unless the last term has ended, gone
 //     stale (no renewal for its lease plus margin, by the reader's watch), or
 //     ignored a demotion for as long;
-//   - it returns errYield while a hand-over to another live candidate is
-//     pending;
+//   - it yields (errYield) while a hand-over to another live candidate is
+//     pending, and while a candidate of a higher priority waits, for
+//     targetHold after it first found one (store.outrankedFor);
 //   - when the last term was asked to step down (or was killed as stuck)
 //     and did not end gracefully, the new term must not act before that
 //     leader's lease has certainly expired: the lock-delay. A lock-delay
@@ -86,7 +87,9 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 	case acting && strategy == LeaseRow:
 		return 0, ErrHeld
 	case p.handing:
-		return 0, errYield
+		return 0, errHandover
+	case p.outranked && s.st.outrankedFor(p.rec.Token):
+		return 0, errOutranked
 	}
 	return max(p.delayLeft(), p.rec.lockDelay()), nil
 }
@@ -95,13 +98,15 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 // the deputy's last look at the leader (pinned.contend), age ago on the
 // same session, instead of a read after the lock was won. It applies when
 // p's term was a GetLock term leading, not asked to step down, and owed
-// and carried no lock-delay, so that decide gave (0, nil); the claim
+// and carried no lock-delay, so that decide gave (0, nil), and p's hint
+// allowed no candidate of a higher priority (mayBeOutranked); the claim
 // (continued) then takes the record only if that term is still there,
 // under GetLock, and either still leading, not asked to step down and
 // renewed within its lease plus margin, or ended gracefully with its
 // history row ended, and no delay is carried and no hand-over asked for
 // (to anyone: a hand-over is not the path to make fast, and the check of
-// its target's life is not cheap): a record on which decide gives (0, nil)
+// its target's life is not cheap), and the hint no higher than it was
+// (claimContinued): a record on which decide gives (0, nil)
 // again, and a read now would show the term acting until now. Otherwise,
 // or if the claim could not read the history (not granted, missing,
 // locked), it returns errRaced, and the caller reads (open), which does
@@ -114,6 +119,9 @@ func (s termStart) decide(p predecessor) (time.Duration, error) {
 // and Observer.Failover counts the claim's round trip (not the server's
 // noticing that session's end, which the deputy cannot see).
 func (s termStart) claimOnLook(ctx context.Context, q querier, p predecessor, age time.Duration) (uint64, predecessor, error) {
+	if s.st.mayBeOutranked(p) {
+		return 0, p, errRaced
+	}
 	if delay, err := s.decide(p); err != nil || delay > 0 || !p.exists || p.rec.Strategy != GetLock.String() || p.rec.State != stateLeading || p.rec.demoted {
 		return 0, p, errRaced
 	}

@@ -48,6 +48,7 @@ type store struct {
 	value    string       // what its terms proclaim: Config.Value, or the last Term.Proclaim
 	healthy  sql.NullBool // Run's health (Config.Health), for the candidate row; NULL without a check
 	seen     sightings    // the record's stamps as this candidate (or Operator) has seen them (vouch)
+	yielding outranking   // since when its term starts yield to a candidate of higher priority (outrankedFor)
 
 	proclaiming sync.Mutex // one Term.Proclaim at a time, so that value and the record agree
 }
@@ -55,6 +56,27 @@ type store struct {
 func newStore(db *sql.DB, name string, cfg Config) *store {
 	tbl := tablesFor(cfg.TablePrefix)
 	return &store{db: db, name: name, cfg: cfg, tbl: tbl, first: firstUseOf(db, tbl), value: cfg.Value}
+}
+
+// outranking is when a candidate's term starts after the term of token
+// first yielded to a waiting candidate of higher priority.
+type outranking struct {
+	token uint64
+	since time.Time
+}
+
+// outrankedFor reports whether a term start after the term of token still
+// yields to a waiting candidate of higher priority (Config.Priority): for
+// targetHold after the first start that did, on this candidate's monotonic
+// clock. Not longer: one that waits but does not take the election (cut
+// off, stopped) then holds it up no more.
+func (s *store) outrankedFor(token uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.yielding.since.IsZero() || s.yielding.token != token {
+		s.yielding = outranking{token, time.Now()}
+	}
+	return time.Since(s.yielding.since) < s.cfg.targetHold()
 }
 
 // proclaimed returns the value this candidate's terms proclaim.
@@ -904,23 +926,58 @@ func (p *presence) join(ctx context.Context, q querier) error {
 func (p *presence) joinOn(ctx context.Context, q querier) error {
 	st := p.st
 	_, strategy := st.settled()
-	var other sql.NullString
-	err := q.QueryRowContext(ctx, text("SELECT MIN(identity) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
-		present("c"), p.lock, strategy.String())).Scan(&other)
+	var (
+		other   sql.NullString
+		top     sql.NullInt64
+		elected bool // the election has a record
+	)
+	err := q.QueryRowContext(ctx, text("SELECT MIN(identity), (SELECT r.top_priority FROM `"+st.tbl.record+"` r WHERE r.lock_name = ?), "+
+		"EXISTS (SELECT 1 FROM `"+st.tbl.record+"` r WHERE r.lock_name = ?) FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND c.strategy <> ? AND "+
+		present("c"), p.lock, p.lock, p.lock, strategy.String())).Scan(&other, &top, &elected)
 	if err != nil {
 		return during("reading the candidates", schemaError(st.tbl, err))
 	}
 	if other.Valid {
 		return fmt.Errorf("%w: candidate %q of election %q uses another strategy than %v; every candidate must use the same (Config.Strategy)", ErrStrategy, other.String, st.name, strategy)
 	}
+	// The record's hint must cover this candidate's priority before its
+	// row shows it alive; and again after, if the first term's record,
+	// which counts the rows, may have been written in between.
+	raise := !top.Valid || top.Int64 < int64(st.cfg.Priority)
+	if raise && elected {
+		if err := p.raise(ctx, q); err != nil {
+			return err
+		}
+	}
 	if err := p.write(ctx, q, true); err != nil {
 		return err
+	}
+	if raise && !elected {
+		if err := p.raise(ctx, q); err != nil {
+			return err
+		}
 	}
 	if _, err := q.ExecContext(ctx, text("DELETE c FROM `"+st.tbl.candidate+"` c WHERE c.lock_name = ? AND NOT "+present("c")+" AND "+
 		ageMicros("c.seen_at")+" > 10 * c.expiry_us", p.lock)); err != nil {
 		return during("cleaning up candidates", schemaError(st.tbl, err))
 	}
 	st.cfg.Observer.campaigning(st.name, p.session)
+	return nil
+}
+
+// raise raises the record's top_priority, the highest priority a
+// candidate has joined the election with, to this candidate's, and to
+// every row's if it was not known (a record of an earlier version). It is
+// never lowered: a hint above every candidate's priority only costs their
+// starts a read of the candidate rows (store.rank).
+func (p *presence) raise(ctx context.Context, q querier) error {
+	st := p.st
+	_, err := q.ExecContext(ctx, text("UPDATE `"+st.tbl.record+"` r SET r.top_priority = GREATEST(?, COALESCE((SELECT MAX(c.priority) FROM `"+st.tbl.candidate+
+		"` c WHERE c.lock_name = r.lock_name), ?)) WHERE r.lock_name = ? AND (r.top_priority IS NULL OR r.top_priority < ?)",
+		int(st.cfg.Priority), int(st.cfg.Priority), p.lock, int(st.cfg.Priority)))
+	if err != nil {
+		return during("joining the election", schemaError(st.tbl, err))
+	}
 	return nil
 }
 

@@ -17,7 +17,11 @@
  * forward or back, any number of times, and the waiters judge ages by their
  * own watch of it: see below), SESSION_LEASE (GetLock: the term is one of
  * many on a shared session, whose record is renewed by the session's one
- * lease: see renew_eval). Config.Health needs no option: an
+ * lease: see renew_eval), PRIORITY (Config.Priority: a candidate that won
+ * may give the election back instead of starting its term, at any moment,
+ * any number of times: a superset of yielding to a waiting candidate of
+ * higher priority, whose condition, on candidate rows the model does not
+ * have, only decides when). Config.Health needs no option: an
  * unhealthy leader's end is a Resign, which any leader may do at any time.
  * A variant removes one rule of the safety argument:
  *
@@ -213,6 +217,13 @@ hidden byte tmp;
 #endif
 /* termStart.handingOver */
 #define HANDING(c) (handover && hto != c && ALIVE(hto))
+/* decide's errYield: a hand-over pending, or with PRIORITY at any moment
+ * (store.outranked) */
+#ifdef PRIORITY
+#define YIELDS(c) 1
+#else
+#define YIELDS(c) HANDING(c)
+#endif
 
 /* The ages candidate c decides by (Record.stale, Record.defied,
  * Record.lockDelay, the carried delay_until): the server's, or with
@@ -447,7 +458,7 @@ proctype Cand(byte me) {
 	/* the session is gone: GET_LOCK or the start fails (ErrSessionLost); Run retries */
 	:: d_step { (cst[me] == WAIT || cst[me] == START) && sess[me] == DEAD -> cst[me] = OFF; sent_age[me] = 0 }
 	/* termStart.decide returns errYield: pinned.yield */
-	:: d_step { cst[me] == START && sess[me] == IDLE && srv != DOWN && HANDING(me) ->
+	:: d_step { cst[me] == START && sess[me] == IDLE && srv != DOWN && YIELDS(me) ->
 		lockh = NONE; sess[me] = BUSY; idle[me] = 0; cst[me] = WAIT; sent_age[me] = 0;
 		printf("c%d yields to the hand-over\n", me) }
 #else
@@ -455,7 +466,7 @@ proctype Cand(byte me) {
 	:: d_step { cst[me] == WAIT -> cst[me] = START; sent_age[me] = 0 }
 	/* termStart.decide: ErrHeld, errYield */
 	:: d_step { cst[me] == START && srv != DOWN &&
-		(rstate == LEADING && RAGE(me) < STALE && !(demoted && DAGE(me) >= DSTALE) || HANDING(me)) ->
+		(rstate == LEADING && RAGE(me) < STALE && !(demoted && DAGE(me) >= DSTALE) || YIELDS(me)) ->
 #ifdef CLOCKSTEP
 		look(me);
 #endif

@@ -28,10 +28,10 @@ trap 'rm -rf "$work"' EXIT
 # "The model"): outside it, a counterexample.
 runs=(
   "model|getlock, 2 terms, every feature|hold|-DSTUCK -DDEMOTE -DEXTKILL -DFENCED -DDOWNSTREAM -DFAILOVER -DMAXTERMS=2"
-  "model|getlock, 3 terms, no failover|hold|-DSTUCK -DDEMOTE -DEXTKILL -DFENCED"
+  "model|getlock, 3 terms, no failover, priority|hold|-DPRIORITY -DSTUCK -DDEMOTE -DEXTKILL -DFENCED"
   "model|getlock, 3 terms, no demotion|hold|-DSTUCK -DEXTKILL -DFENCED -DDOWNSTREAM -DFAILOVER"
   "model|getlock, 3 terms, late downstream writes|hold|-DDOWNSTREAM -DINFLIGHT -DFAILOVER"
-  "model|leaserow, 3 terms|hold|-DLEASEROW -DSTUCK -DDEMOTE -DFENCED -DDOWNSTREAM -DFAILOVER"
+  "model|leaserow, 3 terms, priority|hold|-DLEASEROW -DPRIORITY -DSTUCK -DDEMOTE -DFENCED -DDOWNSTREAM -DFAILOVER"
   "model|getlock, 3 terms, preferred leaders|hold|-DPREFER -DSTUCK -DEXTKILL -DFENCED"
   "model|leaserow, 3 terms, preferred leaders|hold|-DLEASEROW -DPREFER -DSTUCK -DFENCED -DDOWNSTREAM -DFAILOVER"
   "model|getlock without wait_timeout|hold|-DNO_WAIT_TIMEOUT -DSTUCK -DDEMOTE -DEXTKILL"

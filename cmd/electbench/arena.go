@@ -48,6 +48,9 @@ type arenaSpec struct {
 	// cluster, if set, is the Galera cluster behind srv (its HAProxy):
 	// candidate i connects to node i mod 3, and the node faults hit it.
 	cluster *galeratest.Cluster
+	// baseline is the electbench binary of another build that the
+	// baseline contenders' candidates run (getlock-baseline).
+	baseline string
 	// etcdBins run the etcd contenders, whose arena starts an etcd of its
 	// own instead of using srv: candidate i connects to node i mod its
 	// nodes.
@@ -306,20 +309,41 @@ func (a *arena) command(p *proc) *exec.Cmd {
 }
 
 // mysqlCommand is candidate p's process for a MySQL contender: this binary
-// as its candidate subcommand.
+// (or the baseline's) as its candidate subcommand.
 func (a *arena) mysqlCommand(p *proc) *exec.Cmd {
 	cfg := a.nodes[p.node].Config(a.db)
 	cfg.User, cfg.Passwd = p.user, "bench"
 	if p.proxy != nil {
 		cfg.Addr = p.proxy.Addr()
 	}
-	cmd := exec.Command(a.self, "candidate", "-contender", a.contender, "-id", p.id, "-dsn", cfg.FormatDSN(),
+	bin := a.self
+	if strings.HasSuffix(a.contender, baseline) {
+		bin = a.baseline
+	}
+	cmd := exec.Command(bin, "candidate", "-contender", library(a.contender), "-id", p.id, "-dsn", cfg.FormatDSN(),
 		"-interval", a.tm.Interval.String(), "-lease", a.tm.Lease.String(), "-margin", a.tm.Margin.String(),
 		"-write-every", a.tm.WriteEvery.String(), "-check", a.tm.Check.String(), "-elections", strconv.Itoa(max(1, a.elections)), "-shards="+strconv.FormatBool(a.shards))
-	if a.policies {
+	switch {
+	case a.policies:
 		cmd.Args = append(cmd.Args, "-policies", "-priority", strconv.Itoa(p.index%3), "-health-seed", strconv.FormatUint(a.seed+uint64(p.index), 10))
+	case isRanked(a.contender):
+		cmd.Args = append(cmd.Args, "-priority", strconv.Itoa(p.index))
 	}
 	return cmd
+}
+
+// highestBut is the highest index, a ranked candidate's priority, among
+// the candidates but id.
+func (a *arena) highestBut(id string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	top := -1
+	for _, p := range a.procs {
+		if p.id != id {
+			top = max(top, p.index)
+		}
+	}
+	return top
 }
 
 // read passes the events a candidate prints to the arena until its output

@@ -32,6 +32,9 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 	var bins etcdBinaries
 	fs.StringVar(&bins.server, "etcd", os.Getenv(envEtcd), "the etcd server the etcd contenders run (default $"+envEtcd+")")
 	fs.StringVar(&bins.candidate, "etcd-candidate", os.Getenv(envEtcdCandidate), "electbench-etcd, their candidate process (default $"+envEtcdCandidate+")")
+	base := fs.String("baseline", "", "an electbench binary of another build (go build -o FILE ./cmd/electbench at that commit), "+
+		"whose candidates the contenders getlock"+baseline+" and lease"+baseline+" run, beside this build's; "+
+		"getlock"+ranked+" and lease"+ranked+" run this build with candidate i of priority i")
 	reps := fs.Int("reps", 20, "runs per contender and fault")
 	quick := fs.Bool("quick", false, "every contender but recipe-20s and etcd-60s and every fault once, with short timing (unless given): about two minutes")
 	svg := fs.String("svg", "", "write the chart as SVG to this file")
@@ -45,8 +48,13 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 			return err
 		}
 	}
-	if err := known("contender", cs, append(slices.Clone(allContenders), etcdContenders...)); err != nil {
+	if err := known("contender", cs, slices.Concat(allContenders, etcdContenders, variantContenders)); err != nil {
 		return err
+	}
+	if slices.ContainsFunc(cs, func(c string) bool { return strings.HasSuffix(c, baseline) }) {
+		if _, err := os.Stat(*base); *base == "" || err != nil {
+			return fmt.Errorf("the contenders getlock%s and lease%s need -baseline FILE, an electbench binary of the build to compare with", baseline, baseline)
+		}
 	}
 	if err := known("fault", fl, append(slices.Clone(baseFaults), fRaftLeader)); err != nil {
 		return err
@@ -67,7 +75,7 @@ func benchMain(ctx context.Context, args []string, out *os.File) error {
 		res.Server = srv.Describe()
 	}
 	for _, c := range cs {
-		spec := arenaSpec{contender: c, tm: o.tm, candidates: o.candidates, faults: faultsFor(c, srv, nil, fl), etcdBins: bins}
+		spec := arenaSpec{contender: c, tm: o.tm, candidates: o.candidates, faults: faultsFor(c, srv, nil, fl), etcdBins: bins, baseline: *base}
 		if err := benchContender(ctx, &o, srv, spec, *reps, &res); err != nil {
 			return err
 		}

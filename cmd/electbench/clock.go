@@ -243,7 +243,7 @@ type failoverBound struct {
 func checkClock(a *arena, trials []trial, v *verdict) clockVerdict {
 	cv := clockVerdict{Faults: map[string]int{}, Deposed: map[string]int{}}
 	b := &failoverBound{SigkillMaxS: -1, CheckS: a.tm.checkInterval().Seconds(), BoundS: -1}
-	if a.contender == libLease {
+	if library(a.contender) == libLease {
 		b.DesignS = (a.tm.Lease + a.tm.Margin + a.tm.checkInterval()).Seconds()
 	}
 	kills := false

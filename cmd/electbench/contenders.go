@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,8 +30,31 @@ const (
 
 var allContenders = []string{libGetLock, libLease, recipe20, recipeSame, plainGetLock}
 
-// isLibrary reports whether contender is this library's.
-func isLibrary(contender string) bool { return contender == libGetLock || contender == libLease }
+// Variants of the library's contenders, for the comparison: baseline's
+// candidates run another build of electbench (-baseline), beside this
+// build's in one run; ranked's candidate i has Config.Priority i, so that
+// at every fault a candidate of a higher priority than some waits.
+const (
+	baseline = "-baseline"
+	ranked   = "-ranked"
+)
+
+var variantContenders = []string{libGetLock + baseline, libLease + baseline, libGetLock + ranked, libLease + ranked}
+
+// library is the library strategy contender runs (getlock, lease), or
+// contender itself if it is not this library's.
+func library(contender string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(contender, baseline), ranked)
+}
+
+// isRanked reports whether contender's candidates have priorities.
+func isRanked(contender string) bool { return strings.HasSuffix(contender, ranked) }
+
+// isLibrary reports whether contender is this library's, of this build or
+// the baseline's.
+func isLibrary(contender string) bool {
+	return library(contender) == libGetLock || library(contender) == libLease
+}
 
 // candidateMain is the candidate subcommand: the arena starts one per
 // candidate with the contest's timing; it runs until SIGTERM.
@@ -57,11 +81,14 @@ func candidateMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("-elections %d, -shards: only this library's contenders run several elections", *elections)
 	}
 	var pol *policy
-	if *policies {
+	switch {
+	case *policies:
 		if !isLibrary(*contender) {
 			return errors.New("-policies: only this library's contenders have leader policies")
 		}
 		pol = &policy{priority: int32(*priority), healthSeed: *healthSeed}
+	case *priority != 0:
+		pol = &policy{priority: int32(*priority), rankOnly: true}
 	}
 	return runCandidate(ctx, *contender, *id, *dsn, tm, *elections, *shards, pol)
 }
@@ -172,6 +199,7 @@ func (c *candidate) library(ctx context.Context, contender string, elections int
 type policy struct {
 	priority   int32
 	healthSeed uint64 // with the process id, draws the runs of its health check (flapping)
+	rankOnly   bool   // the priority alone (a ranked contender)
 }
 
 // apply sets cfg's leader policies: the priority, a hand-over to a
@@ -179,6 +207,9 @@ type policy struct {
 // process, and a health check that flaps.
 func (p *policy) apply(cfg *election.Config, id string, tm timing) {
 	cfg.Priority = p.priority
+	if p.rankOnly {
+		return
+	}
 	cfg.PreferAfter = tm.Lease
 	cfg.Value = fmt.Sprintf("%s pid %d", id, os.Getpid())
 	// A candidate started again after a kill draws runs of its own.

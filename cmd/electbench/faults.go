@@ -65,7 +65,7 @@ func faultsFor(contender string, srv *mysqltest.Server, cluster *galeratest.Clus
 func trapsFor(contender string, shards bool, faults []string) []string {
 	return slices.DeleteFunc(faults, func(f string) bool {
 		point, _, trap := trapOf(f)
-		return trap && (!isLibrary(contender) || point == failpoint.Locked && (contender != libGetLock || shards))
+		return trap && (!isLibrary(contender) || point == failpoint.Locked && (library(contender) != libGetLock || shards))
 	})
 }
 
@@ -85,6 +85,9 @@ type trial struct {
 	KnewS     float64 `json:"old_knew_s"`            // until the old leader's term ended; -1: never seen
 	NoLeader  bool    `json:"no_leader_before"`      // nobody led within the limit before the fault
 	Missed    bool    `json:"trap_missed,omitempty"` // a trap that no candidate reached within the limit
+	// Outranked: the next leader was not the candidate of the highest
+	// priority among those that campaigned at the fault (ranked contenders).
+	Outranked bool `json:"outranked,omitempty"`
 	// A clock fault's step of the server's clock (seconds ahead of real
 	// time; behind if negative; a strobe's, every other period), how long
 	// the clock was off real time, and the terms that ended meanwhile or
@@ -125,7 +128,7 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 			return tr, err
 		}
 	}
-	if fault == fSIGKILL {
+	if fault == fSIGKILL || isRanked(a.contender) {
 		a.campaigning(ctx, limit)
 	}
 	t0 := time.Now()
@@ -143,6 +146,7 @@ func (a *arena) inject(ctx context.Context, fault string, limit time.Duration) (
 	e, ok := a.next(func(e event) bool { return newTerm(e) || kept(e) }, limit)
 	if ok && newTerm(e) {
 		tr.FailoverS = time.Unix(0, e.At).Sub(t0).Seconds()
+		tr.Outranked = isRanked(a.contender) && a.proc(e.ID).index < a.highestBut(old.ID)
 	}
 	// Heal, then give the old leader time to learn that it lost.
 	if err := a.heal(ctx, fault, p); err != nil {

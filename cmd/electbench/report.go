@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 )
 
@@ -31,6 +32,7 @@ type summary struct {
 	NoFail    int     `json:"no_failover"` // runs with no new leader within the limit
 	NoLeader  int     `json:"no_leader_before"`
 	Missed    int     `json:"trap_missed,omitempty"` // traps no candidate reached
+	Outranked int     `json:"outranked,omitempty"`   // runs whose next leader was not the highest priority's
 	P50       float64 `json:"failover_p50_s"`        // -1: no failover at all
 	P95       float64 `json:"failover_p95_s"`
 	Max       float64 `json:"failover_max_s"`
@@ -75,6 +77,9 @@ func summarize(trials []trial) []summary {
 				s.Missed++
 				continue
 			}
+			if t.Outranked {
+				s.Outranked++
+			}
 			if t.FailoverS < 0 {
 				s.NoFail++
 			} else {
@@ -106,9 +111,13 @@ func secs(x float64) string {
 // printTable writes the failover, checker and steady-state tables; the
 // last only if there are costs.
 func printTable(w io.Writer, sums []summary, verdicts []verdict, costs []steady) {
-	tw := newTable(w, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE\tTRAP MISSED")
+	tw := newTable(w, "CONTENDER\tFAULT\tRUNS\tFAILOVER p50\tp95\tMAX\tNO FAILOVER\tOLD KNEW p50\tOLD NEVER KNEW\tNO LEADER BEFORE\tLOWER PRIORITY LED\tTRAP MISSED")
 	for _, s := range sums {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", s.Contender, s.Fault, s.Runs, secs(s.P50), secs(s.P95), secs(s.Max), s.NoFail, secs(s.KnewP50), s.Never, s.NoLeader, s.Missed)
+		lower := "-"
+		if isRanked(s.Contender) {
+			lower = strconv.Itoa(s.Outranked)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\n", s.Contender, s.Fault, s.Runs, secs(s.P50), secs(s.P95), secs(s.Max), s.NoFail, secs(s.KnewP50), s.Never, s.NoLeader, lower, s.Missed)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
