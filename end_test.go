@@ -390,3 +390,56 @@ func TestHistoryStartIsTheClaim(t *testing.T) {
 		}
 	})
 }
+
+// After a SIGKILL of the leader, the lost term ends before the next one
+// starts, in the history and in Watch: its end is sent before the next
+// term's start, and no end is sent for a term once a later one has started
+// but its own.
+func TestLostTermEndsBeforeTheNextStarts(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		db, g := writingGroup(t, s, "killed", 3)
+		ops := newOperator(t, db, "killed")
+		ctx := ctxFor(t, 2*time.Minute)
+		wctx, stop := context.WithCancel(ctx)
+		events := ops.Watch(wctx)
+		leader := g.Next(is("start"), 30*time.Second)
+		const kills = 4
+		for i := range kills {
+			waitFor(t, "every candidate to campaign", 30*time.Second, func() bool { return len(liveCandidates(t, ops)) == 3 })
+			g.signal(leader.ID, syscall.SIGKILL)
+			next := g.Next(is("start"), 30*time.Second)
+			g.start(fmt.Sprintf("%s-%d", leader.ID, i)) // a replica in its place
+			leader = next
+		}
+		var hist []election.TermRecord
+		waitFor(t, "the terms' history", 10*time.Second, func() bool {
+			var err error
+			hist, err = ops.History(ctx, 0)
+			return err == nil && len(hist) == kills+1 && hist[0].Token == leader.Token
+		})
+		for i := 1; i < len(hist); i++ { // newest first
+			if prev, next := hist[i], hist[i-1]; prev.Ended.IsZero() || prev.Ended.After(next.Started) {
+				t.Errorf("term %d of %s ended at %v (%s), after term %d started at %v", prev.Token, prev.Identity, prev.Ended, prev.Reason, next.Token, next.Started)
+			}
+		}
+		// From the state Watch found at its first read (the tables appear
+		// with the first campaign) to the last leader's start.
+		var started uint64 // the newest term whose start was sent
+		for started != leader.Token {
+			select {
+			case ev := <-events:
+				switch {
+				case ev.Leading && ev.Token > started:
+					started = ev.Token
+				case !ev.Leading && ev.Token < started:
+					t.Errorf("the end of term %d (%s, at %v) was sent after term %d's start", ev.Token, ev.Reason, ev.At, started)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Watch sent no event for 10s; the last term it started: %d; the last leader's: %d", started, leader.Token)
+			}
+		}
+		stop()
+		for range events {
+		}
+	})
+}

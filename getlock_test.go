@@ -759,3 +759,31 @@ func TestQueuedWaitOutlastsMaxStatementTime(t *testing.T) {
 	case <-time.After(3 * time.Second):
 	}
 }
+
+// A DSN readTimeout shorter than the statements themselves (1ms) cuts
+// them, which the driver reports as "invalid connection", as for a network
+// fault: the campaign's error names readTimeout among the causes, under
+// both strategies.
+func TestReadTimeoutBelowTheStatementsIsNamed(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		cfg := server.Config(server.NewDatabase(t))
+		cfg.ReadTimeout = time.Millisecond
+		db := openDSN(t, cfg.FormatDSN())
+		ctx := ctxFor(t, time.Minute)
+		e := newElector(t, s, db, "read-timeout", "a")
+		var err error
+		for range 20 { // a statement that happened to take less than 1ms passes
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var term *election.Term
+			term, err = e.Campaign(cctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			resignAll(t, term)
+		}
+		if err == nil || !strings.Contains(err.Error(), "readTimeout") {
+			t.Fatalf("a campaign with readTimeout=1ms: %v, want an error naming readTimeout", err)
+		}
+	})
+}

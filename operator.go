@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
 
@@ -67,6 +68,13 @@ func (o *Operator) History(ctx context.Context, limit int) ([]TermRecord, error)
 		return nil, err
 	}
 	terms, err := o.st.lastTerms(ctx, lock, limit)
+	if err == nil && rec.Token != 0 && (len(terms) == 0 || terms[0].Token < rec.Token) {
+		// The record's term has no history row yet: a leader writes its
+		// own once the term has begun, and one that failed to (its session
+		// cut, its pool exhausted) leaves it to its successor.
+		terms = slices.Insert(terms, 0, TermRecord{Token: rec.Token, Identity: rec.Identity, Host: rec.Host, PID: rec.PID, Started: rec.Since})
+		terms = terms[:min(len(terms), limit)]
+	}
 	for i := range terms {
 		var next *TermRecord
 		if i > 0 {

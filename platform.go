@@ -80,17 +80,44 @@ func platformOf(vars map[string]string) platform {
 			p.timeLimit = limit
 		}
 	}
-	switch {
-	case strings.Contains(p.version, "TiDB"): // 8.0.11-TiDB-v8.4.0
+	// Any case: vtgate advertises what its --mysql_server_version says.
+	switch version := strings.ToLower(p.version); {
+	case strings.Contains(version, "tidb"): // 8.0.11-TiDB-v8.4.0
 		p.flavor = tiDB
-	case strings.Contains(p.version, "Vitess"): // 8.0.31-Vitess
+	case strings.Contains(version, "vitess"): // 8.0.31-Vitess
 		p.flavor = vitess
-	case strings.Contains(p.version, "MariaDB"):
+	case strings.Contains(version, "mariadb"):
 		p.flavor = mariaDB
 	default:
 		p.flavor = mySQL
 	}
 	return p
+}
+
+// startBatch is how many term starts one batch takes (starter.flush): its
+// read and its claim join a derived table of one SELECT per start, chained
+// by UNION ALL. MySQL before 8.0.31 parses such a chain into nodes nested
+// one per member (sql/parse_tree_nodes.h: PT_union takes the union before
+// it as its left operand; 8.0.31's PT_set_operation merges a chain into one
+// node), which it then resolves by recursion, one stack frame per member
+// within thread_stack: read, not tested here, so a batch there is ten times
+// smaller. MariaDB takes the whole batch (the scale runs of
+// docs/benchmarks.md).
+func (p platform) startBatch() int {
+	if p.flavor == mySQL && versionBefore(p.version, 8, 0, 31) {
+		return startBatch / 10
+	}
+	return startBatch
+}
+
+// versionBefore reports whether version (VERSION(): 8.0.30, 8.0.30-log)
+// is below major.minor.patch; an unreadable one is not.
+func versionBefore(version string, major, minor, patch int) bool {
+	var v [3]int
+	if n, _ := fmt.Sscanf(version, "%d.%d.%d", &v[0], &v[1], &v[2]); n < 3 {
+		return false
+	}
+	return slices.Compare(v[:], []int{major, minor, patch}) < 0
 }
 
 // getLockUnsound says why GET_LOCK cannot hold an election on this server,
@@ -318,10 +345,18 @@ func serverError(err error, numbers ...uint16) bool {
 // refused the login with it: any statement through the pool may open a
 // session, and so meet a password changed or a grant revoked since the
 // last; and in ErrSessionLost when it refused a write as read-only (the
-// session that got it is dropped: see release). Other errors come back as
-// they are.
+// session that got it is dropped: see release). A connection the driver
+// dropped mid-statement gets the causes named, readTimeout among them.
+// Other errors come back as they are.
 func refusal(err error) error {
 	var me *mysql.MySQLError
+	if errors.Is(err, mysql.ErrInvalidConn) && !errors.Is(err, ErrSessionLost) {
+		// What the driver returns when its own deadline cut a statement,
+		// as for a network fault: a *sql.DB does not show its DSN.
+		return fmt.Errorf("%w; the driver dropped the connection in the middle of a statement: the network or the server failed, "+
+			"or the DSN's readTimeout or writeTimeout is shorter than the statement took (lock waits fit under a readTimeout by themselves; "+
+			"every other statement needs it above its slowest, a second or more)", err)
+	}
 	if errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrSessionLost) || !errors.As(err, &me) {
 		return err
 	}

@@ -2,9 +2,12 @@ package election
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // The server variables are global and cannot be faked on a real server, so
@@ -36,6 +39,7 @@ func TestPlatformChecks(t *testing.T) {
 		{"TiDB chooses the lease", map[string]string{"version": tidb}, Auto, LeaseRow, "", ""},
 		{"vtgate refuses the lease", map[string]string{"version": "8.0.31-Vitess"}, LeaseRow, 0, "vtgate", ""},
 		{"vtgate refuses either", map[string]string{"version": "8.0.31-Vitess"}, Auto, 0, "vtgate", ""},
+		{"vtgate in any case", map[string]string{"version": "8.0.31-vitess"}, Auto, 0, "vtgate", ""},
 		{"MySQL's GET_LOCK waits whole seconds", map[string]string{"version": mysql84}, GetLock, GetLock, "", "whole seconds"},
 		{"MySQL's lease does not wait in GET_LOCK", map[string]string{"version": mysql84}, LeaseRow, LeaseRow, "", ""},
 		{"statement-based binary log refuses GET_LOCK", map[string]string{"version": mariadb, "log_bin": "ON", "binlog_format": "STATEMENT"}, GetLock, 0, "binlog_format=ROW", ""},
@@ -138,6 +142,32 @@ func TestLockNamesFit(t *testing.T) {
 	for _, name := range []string{lock, deputyLock(lock), candidateLock(lock, long)} {
 		if n := len(name); n > 64 {
 			t.Errorf("%q is %d bytes", name, n)
+		}
+	}
+}
+
+// A vtgate whose advertised version does not say Vitess passes detection;
+// its refusal of IS_USED_LOCK beside a table, at the candidate's first
+// statement that has one, is ErrUnsupported naming the fix. The message is
+// Vitess's (go/vt/vtgate/semantics/errors.go, LockOnlyWithDualError): no
+// vtgate runs here.
+func TestVtgateRefusalIsUnsupported(t *testing.T) {
+	refusal := &mysql.MySQLError{Number: 1235, Message: "is_used_lock(concat('election-candidate/', left(sha2(concat(c.lock_name, '/', c.identity), 256), 40))) allowed only with dual"}
+	err := schemaError(tablesFor(DefaultTablePrefix), fmt.Errorf("reading the candidates: %w", refusal))
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "primary MySQL directly") {
+		t.Fatalf("got %v, want ErrUnsupported naming the fix", err)
+	}
+}
+
+// A batched start takes fewer elections on MySQL before 8.0.31, whose
+// parser nests a UNION ALL chain one node per member.
+func TestStartBatchByServer(t *testing.T) {
+	for version, want := range map[string]int{
+		"8.0.30": 100, "5.7.44-log": 100, "8.0.31": 1000, "8.4.3": 1000, "9.1.0": 1000,
+		"10.11.19-MariaDB-0+deb12u1": 1000, "8.0.11-TiDB-v8.4.0": 1000, "8.0.30-Vitess": 1000, "unreadable": 1000,
+	} {
+		if got := platformOf(map[string]string{"version": version}).startBatch(); got != want {
+			t.Errorf("%s: a batch of %d, want %d", version, got, want)
 		}
 	}
 }

@@ -383,6 +383,13 @@ func schemaError(t tables, err error) error {
 	prefix := fmt.Sprintf(" (if the tables have another prefix, set Config.TablePrefix, electctl --prefix: this one is %q)", strings.TrimSuffix(t.record, "_record"))
 	fix := "\nrun this as a user with CREATE privilege:\n" + strings.Join(ddl(t), ";\n") + ";"
 	switch {
+	case strings.Contains(me.Message, "allowed only with dual"):
+		// vtgate's refusal of a locking function beside a table (Vitess's
+		// go/vt/vtgate/semantics/errors.go, LockOnlyWithDualError; not
+		// tested here), when its advertised version does not say Vitess
+		// (vtgate's --mysql_server_version), so that detection missed it.
+		return fmt.Errorf("%w: %w; the server is Vitess's vtgate, which allows locking functions only in a SELECT without tables, "+
+			"and both strategies read IS_USED_LOCK beside their tables: connect the candidates to the keyspace's primary MySQL directly", ErrUnsupported, err)
 	case denied(err):
 		if !strings.HasPrefix(me.Message, "CREATE") && !strings.Contains(me.Message, "'Create'") {
 			// The tables exist; a grant on them is missing.

@@ -168,7 +168,8 @@ type opening struct {
 	err   error
 }
 
-// startBatch and startBytes bound a batch, and so its statements' size,
+// startBatch and startBytes bound a batch (startBatch: but for MySQL before
+// 8.0.31, platform.startBatch), and so its statements' size,
 // well below the smallest max_allowed_packet a server here starts with
 // (4 MiB, MySQL 5.7): an election's row is a few hundred bytes, plus its
 // name, identity and value, which may be long.
@@ -244,7 +245,8 @@ func (b *starter) flush(ctx context.Context, o *opening) {
 		in, size := map[string]bool{}, 0
 		for _, q := range b.queue {
 			n := 300 + 2*(len(q.s.st.name)+len(q.s.st.cfg.Identity)+len(q.s.st.proclaimed())) // hex
-			if in[q.s.lock] || len(batch) == startBatch || len(batch) > 0 && size+n > startBytes {
+			server, _ := q.s.st.settled()
+			if in[q.s.lock] || len(batch) >= server.startBatch() || len(batch) > 0 && size+n > startBytes {
 				continue
 			}
 			q.taken, in[q.s.lock], size = true, true, size+n

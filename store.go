@@ -563,9 +563,14 @@ func (s *store) kill(ctx context.Context, q querier, lock string, rec Record, wh
 			// and the kill. Nothing was killed; its end is its own to record.
 			return nil
 		case errors.As(err, &me) && (me.Number == 1095 || me.Number == 1227):
+			// MySQL 8.4 manual, "KILL Statement": a session of a user with
+			// SYSTEM_USER is killed only by one that has it too. AWS's
+			// "Master user account privileges": Aurora MySQL version 3's
+			// master user has CONNECTION_ADMIN, RDS for MySQL's does not.
 			err = fmt.Errorf("%w: KILL CONNECTION %d (%s, token %d, %s): %w; grant the electors' user CONNECTION_ADMIN "+
-				"(MySQL 8), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate as the same user "+
-				"(the only fix on Amazon RDS and Aurora, which end other users' sessions through CALL mysql.rds_kill alone)",
+				"(MySQL 8; and SYSTEM_USER if the candidates' user has it), CONNECTION ADMIN (MariaDB 10.5+) or SUPER, or run every candidate "+
+				"as the same user (the only fix on Amazon RDS for MySQL and Aurora MySQL version 2, which end other users' sessions through "+
+				"CALL mysql.rds_kill alone)",
 				ErrKillDenied, rec.ConnID, rec.Identity, rec.Token, why, err)
 			s.cfg.Observer.killed(s.name, why, err)
 			return err
