@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"slices"
 	"strings"
 	"time"
 
@@ -239,6 +240,12 @@ func ExampleOperator_Watch() {
 	// this term true leader "host-a" leading false reason "resigned"
 }
 
+// campaigns reports whether candidate id campaigns in ops's election.
+func campaigns(ctx context.Context, ops *election.Operator, id string) bool {
+	cands, _ := ops.Candidates(ctx)
+	return slices.ContainsFunc(cands, func(c election.Candidate) bool { return c.Identity == id && c.Alive })
+}
+
 func ExampleOperator_Demote() {
 	db := exampleDB()
 	defer db.Close()
@@ -246,6 +253,7 @@ func ExampleOperator_Demote() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	done := make(chan struct{})
+	ops, _ := election.NewOperator(db, "controller", election.Config{})
 	for _, id := range []string{"host-a", "host-b"} {
 		cfg.Identity = id
 		e, _ := election.New(db, "controller", cfg)
@@ -256,9 +264,13 @@ func ExampleOperator_Demote() {
 				return nil
 			})
 		}()
-		time.Sleep(300 * time.Millisecond) // host-a leads first
+		for !campaigns(ctx, ops, id) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		for rec, err := ops.Leader(ctx); err != nil || rec.Identity != "host-a"; rec, err = ops.Leader(ctx) {
+			time.Sleep(50 * time.Millisecond) // host-a leads first
+		}
 	}
-	ops, _ := election.NewOperator(db, "controller", election.Config{})
 	before, _ := ops.Leader(ctx)
 	killed, err := ops.Demote(ctx) // returns once host-a has stepped down
 	fmt.Printf("demoted %s: killed %v, err %v\n", before.Identity, killed, err)

@@ -184,3 +184,34 @@ func TestElectorLeader(t *testing.T) {
 		}
 	})
 }
+
+// A term whose history row is not there (not written yet, or never: its
+// leader's writes failed) is listed by History from the record, as Leader
+// shows it, and its end too.
+func TestHistoryListsTheRecordsTerm(t *testing.T) {
+	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
+		if s == election.GetLock {
+			needGetLock(t)
+		}
+		db, _ := newDB(t)
+		ctx := ctxFor(t, time.Minute)
+		term := await(t, campaign(ctx, newElector(t, s, db, "unwritten", "a")), 10*time.Second).term
+		ops := newOperator(t, db, "unwritten")
+		waitFor(t, "the term's history row", 10*time.Second, func() bool {
+			hist, err := ops.History(ctx, 0)
+			return err == nil && len(hist) == 1 && hist[0].Token == term.Token()
+		})
+		if _, err := db.Exec("DELETE FROM election_term"); err != nil {
+			t.Fatal(err)
+		}
+		hist, err := ops.History(ctx, 0)
+		if err != nil || len(hist) != 1 || hist[0].Token != term.Token() || hist[0].Identity != "a" || !hist[0].Ended.IsZero() {
+			t.Fatalf("History with the row gone: %+v, %v; want term %d of a, going on", hist, err, term.Token())
+		}
+		resignAll(t, term)
+		hist, err = ops.History(ctx, 0)
+		if err != nil || len(hist) != 1 || hist[0].Reason != "resigned" || hist[0].Ended.IsZero() {
+			t.Fatalf("History after the resignation: %+v, %v; want the term ended resigned", hist, err)
+		}
+	})
+}
