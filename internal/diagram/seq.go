@@ -24,6 +24,8 @@ package main
 import (
 	"errors"
 	"strings"
+
+	"github.com/sqlelect/election/internal/svgdraw"
 )
 
 type seqParticipant struct {
@@ -213,7 +215,7 @@ func drawSequence(src string) ([]byte, error) {
 	}
 	n := len(s.parts)
 	for i := range s.parts {
-		s.parts[i].w = maxWidth(s.parts[i].head, 12, true) + 24
+		s.parts[i].w = svgdraw.MaxWidth(s.parts[i].head, 12, true) + 24
 	}
 	// Horizontal room: gap[i] between lifelines i and i+1, and the margins
 	// left of the first and right of the last.
@@ -246,7 +248,7 @@ func drawSequence(src string) ([]byte, error) {
 		}
 	}
 	for _, e := range s.events {
-		w := maxWidth(e.text, 12, false)
+		w := svgdraw.MaxWidth(e.text, 12, false)
 		switch e.kind {
 		case "message":
 			needSpan(min(e.from, e.to), max(e.from, e.to), w+2*12+2*seqBarHalf)
@@ -273,8 +275,8 @@ func drawSequence(src string) ([]byte, error) {
 		out := seqFrameOut + seqFrameIn*float64(maxDepth(s.frames)-f.depth) // outer frames reach further
 		needLeft(f.lo, out+8)
 		needRight(f.hi, out+8)
-		tab := width("loop", 12, true) + 16
-		need := tab + 8 + maxWidth(f.label[:1], 12, false) + 12 - 2*out
+		tab := svgdraw.Width("loop", 12, true) + 16
+		need := tab + 8 + svgdraw.MaxWidth(f.label[:1], 12, false) + 12 - 2*out
 		if f.lo == f.hi {
 			if need > 0 {
 				right = max(right, out+need)
@@ -290,12 +292,12 @@ func drawSequence(src string) ([]byte, error) {
 	}
 	wTotal := xs[n-1] + right + seqMargin
 	if s.title != "" {
-		wTotal = max(wTotal, width(s.title, 14, true)+2*seqMargin)
+		wTotal = max(wTotal, svgdraw.Width(s.title, 14, true)+2*seqMargin)
 	}
 
 	// Rows, top to bottom.
 	var (
-		c        canvas
+		c        svgdraw.Canvas
 		y        = seqMargin
 		headTop  float64
 		headH    = 0.0
@@ -311,21 +313,21 @@ func drawSequence(src string) ([]byte, error) {
 	}
 	headTop = y
 	for _, p := range s.parts {
-		headH = max(headH, textHeight(len(p.head))+12)
+		headH = max(headH, svgdraw.TextHeight(len(p.head))+12)
 	}
 	y += headH + 18
 	for i, e := range s.events {
 		switch e.kind {
 		case "message":
 			labelTop[i] = y
-			y += textHeight(len(e.text))
+			y += svgdraw.TextHeight(len(e.text))
 			arrowY[i] = y + 5
 			lastY = arrowY[i]
 			arrows = append(arrows, i)
 			y = arrowY[i] + 14
 		case "note":
 			labelTop[i] = y
-			y += textHeight(len(e.text)) + 10 + 12
+			y += svgdraw.TextHeight(len(e.text)) + 10 + 12
 		case "loop":
 			s.frames[e.frame].top = y
 			y += seqTabH + 8
@@ -335,7 +337,7 @@ func drawSequence(src string) ([]byte, error) {
 			y += 14
 		case "divider":
 			labelTop[i] = y
-			y += textHeight(len(e.text)) + 14
+			y += svgdraw.TextHeight(len(e.text)) + 14
 		case "activate":
 			if _, on := active[e.from]; on {
 				return nil, e.src.errorf("%s is active already", s.parts[e.from].id)
@@ -363,34 +365,34 @@ func drawSequence(src string) ([]byte, error) {
 	hTotal := bottom + seqMargin
 
 	if s.title != "" {
-		c.text(seqMargin, seqMargin+14, s.title, 14, true, "start", "#111111")
+		c.Text(seqMargin, seqMargin+14, s.title, 14, true, "start", "#111111")
 	}
 	// Frames first, under everything.
 	depth := maxDepth(s.frames)
 	for _, f := range s.frames {
 		out := seqFrameOut + seqFrameIn*float64(depth-f.depth)
 		x0, x1 := xs[f.lo]-out, xs[f.hi]+out
-		c.rect(x0, f.top, x1-x0, f.bot-f.top, 0, "#f5f7fa", "#8c96a0", "")
+		c.Rect(x0, f.top, x1-x0, f.bot-f.top, 0, "#f5f7fa", "#8c96a0", "")
 	}
 	for i, p := range s.parts {
-		c.line("#9aa3ad", 1, "4 4", xs[i], headTop+headH, xs[i], bottom)
-		c.rect(xs[i]-p.w/2, headTop, p.w, headH, 4, "#e8eef7", "#3a4a5c", "")
-		c.lines(xs[i], headTop+6+12, p.head, 12, true, "middle", "#111111")
+		c.Line("#9aa3ad", 1, "4 4", xs[i], headTop+headH, xs[i], bottom)
+		c.Rect(xs[i]-p.w/2, headTop, p.w, headH, 4, "#e8eef7", "#3a4a5c", "")
+		c.Lines(xs[i], headTop+6+12, p.head, 12, true, "middle", "#111111")
 	}
 	for _, b := range bars {
-		c.rect(xs[b.p]-seqBarHalf, b.top, 2*seqBarHalf, b.bot-b.top, 0, "#cfe0f5", "#3a4a5c", "")
+		c.Rect(xs[b.p]-seqBarHalf, b.top, 2*seqBarHalf, b.bot-b.top, 0, "#cfe0f5", "#3a4a5c", "")
 	}
 	// Frame tabs and labels over the lifelines and bars.
 	for _, f := range s.frames {
 		out := seqFrameOut + seqFrameIn*float64(depth-f.depth)
 		x0 := xs[f.lo] - out
-		tab := width("loop", 12, true) + 16
-		c.printf(`<polygon points="%s,%s %s,%s %s,%s %s,%s %s,%s" fill="#dde3ea" stroke="#8c96a0"/>`+"\n",
-			num(x0), num(f.top), num(x0+tab), num(f.top), num(x0+tab), num(f.top+seqTabH-6), num(x0+tab-6), num(f.top+seqTabH), num(x0), num(f.top+seqTabH))
-		c.text(x0+8, f.top+14, "loop", 12, true, "start", "#333333")
-		lw := maxWidth(f.label, 12, false)
-		c.rect(x0+tab+4, f.top+2, lw+8, textHeight(len(f.label)), 0, "#f5f7fa", "none", "")
-		c.lines(x0+tab+8, f.top+14, f.label, 12, false, "start", "#333333")
+		tab := svgdraw.Width("loop", 12, true) + 16
+		c.Printf(`<polygon points="%s,%s %s,%s %s,%s %s,%s %s,%s" fill="#dde3ea" stroke="#8c96a0"/>`+"\n",
+			svgdraw.Num(x0), svgdraw.Num(f.top), svgdraw.Num(x0+tab), svgdraw.Num(f.top), svgdraw.Num(x0+tab), svgdraw.Num(f.top+seqTabH-6), svgdraw.Num(x0+tab-6), svgdraw.Num(f.top+seqTabH), svgdraw.Num(x0), svgdraw.Num(f.top+seqTabH))
+		c.Text(x0+8, f.top+14, "loop", 12, true, "start", "#333333")
+		lw := svgdraw.MaxWidth(f.label, 12, false)
+		c.Rect(x0+tab+4, f.top+2, lw+8, svgdraw.TextHeight(len(f.label)), 0, "#f5f7fa", "none", "")
+		c.Lines(x0+tab+8, f.top+14, f.label, 12, false, "start", "#333333")
 	}
 	covered := func(p int, y float64) bool {
 		for _, b := range bars {
@@ -418,14 +420,14 @@ func drawSequence(src string) ([]byte, error) {
 		if e.dashed {
 			dash = "6 4"
 		}
-		c.line("#1f2d3d", 1.3, dash, x0, ay, x1-dir*4, ay)
-		c.arrowhead(x1, ay, dir, 0, "#1f2d3d")
-		c.lines((xs[e.from]+xs[e.to])/2, labelTop[i]+12, e.text, 12, false, "middle", "#111111")
+		c.Line("#1f2d3d", 1.3, dash, x0, ay, x1-dir*4, ay)
+		c.Arrowhead(x1, ay, dir, 0, "#1f2d3d")
+		c.Lines((xs[e.from]+xs[e.to])/2, labelTop[i]+12, e.text, 12, false, "middle", "#111111")
 	}
 	for i, e := range s.events {
 		switch e.kind {
 		case "note":
-			w := maxWidth(e.text, 12, false) + 16
+			w := svgdraw.MaxWidth(e.text, 12, false) + 16
 			var x0 float64
 			switch {
 			case e.side == "over" && e.from == e.to:
@@ -439,19 +441,19 @@ func drawSequence(src string) ([]byte, error) {
 			case e.side == "left":
 				x0 = xs[e.from] - seqBarHalf - 4 - w
 			}
-			h := textHeight(len(e.text)) + 10
-			c.printf(`<path d="M%s,%s H%s L%s,%s V%s H%s Z" fill="#fff8d6" stroke="#b59a3a"/>`+"\n",
-				num(x0), num(labelTop[i]), num(x0+w-8), num(x0+w), num(labelTop[i]+8), num(labelTop[i]+h), num(x0))
-			c.lines(x0+8, labelTop[i]+5+12, e.text, 12, false, "start", "#111111")
+			h := svgdraw.TextHeight(len(e.text)) + 10
+			c.Printf(`<path d="M%s,%s H%s L%s,%s V%s H%s Z" fill="#fff8d6" stroke="#b59a3a"/>`+"\n",
+				svgdraw.Num(x0), svgdraw.Num(labelTop[i]), svgdraw.Num(x0+w-8), svgdraw.Num(x0+w), svgdraw.Num(labelTop[i]+8), svgdraw.Num(labelTop[i]+h), svgdraw.Num(x0))
+			c.Lines(x0+8, labelTop[i]+5+12, e.text, 12, false, "start", "#111111")
 		case "divider":
-			my := labelTop[i] + textHeight(len(e.text))/2 + 2
-			c.line("#8c96a0", 1, "2 3", seqMargin, my, wTotal-seqMargin, my)
-			w := maxWidth(e.text, 12, false) + 16
-			c.rect(wTotal/2-w/2, labelTop[i], w, textHeight(len(e.text))+4, 3, "#ffffff", "#8c96a0", "")
-			c.lines(wTotal/2, labelTop[i]+13, e.text, 12, false, "middle", "#333333")
+			my := labelTop[i] + svgdraw.TextHeight(len(e.text))/2 + 2
+			c.Line("#8c96a0", 1, "2 3", seqMargin, my, wTotal-seqMargin, my)
+			w := svgdraw.MaxWidth(e.text, 12, false) + 16
+			c.Rect(wTotal/2-w/2, labelTop[i], w, svgdraw.TextHeight(len(e.text))+4, 3, "#ffffff", "#8c96a0", "")
+			c.Lines(wTotal/2, labelTop[i]+13, e.text, 12, false, "middle", "#333333")
 		}
 	}
-	return c.svg(wTotal, hTotal, s.title), nil
+	return c.SVG(wTotal, hTotal, s.title), nil
 }
 
 // maxDepth is the deepest nesting of frames.

@@ -35,6 +35,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/sqlelect/election/internal/svgdraw"
 )
 
 type stNode struct {
@@ -319,16 +321,16 @@ func drawStates(src string) ([]byte, error) {
 			}
 		}
 	}
-	labelH := func(e stEdge) float64 { return textHeight(len(e.label)) }
-	groupTitleH := func(g int) float64 { return textHeight(len(d.groups[g].lines)) + 6 }
+	labelH := func(e stEdge) float64 { return svgdraw.TextHeight(len(e.label)) }
+	groupTitleH := func(g int) float64 { return svgdraw.TextHeight(len(d.groups[g].lines)) + 6 }
 
 	// Widths.
 	inner := make([]float64, layers) // the states' width
 	hasGroup := make([]bool, layers)
 	for i := range d.nodes {
 		n := &d.nodes[i]
-		n.w = maxWidth(n.lines, 12, true) + 24
-		n.h = textHeight(len(n.lines)) + 12
+		n.w = svgdraw.MaxWidth(n.lines, 12, true) + 24
+		n.h = svgdraw.TextHeight(len(n.lines)) + 12
 		inner[n.layer] = max(inner[n.layer], n.w)
 		if n.group >= 0 {
 			hasGroup[n.layer] = true
@@ -338,19 +340,19 @@ func drawStates(src string) ([]byte, error) {
 		switch e.kind {
 		case "intra":
 			l := d.nodes[nodeIdx[e.from]].layer
-			inner[l] = max(inner[l], 26+maxWidth(e.label, 12, false)+8)
+			inner[l] = max(inner[l], 26+svgdraw.MaxWidth(e.label, 12, false)+8)
 		case "self":
 			l := d.blocks[e.fromB].layer
 			pad := 0.0
 			if d.blocks[e.fromB].group >= 0 {
 				pad = 2 * stGroupPad
 			}
-			inner[l] = max(inner[l], maxWidth(e.label, 12, false)+16-pad)
+			inner[l] = max(inner[l], svgdraw.MaxWidth(e.label, 12, false)+16-pad)
 		}
 	}
 	for _, g := range d.groups {
 		l := d.nodes[g.members[0]].layer
-		inner[l] = max(inner[l], maxWidth(g.lines, 12, true)+16-2*stGroupPad)
+		inner[l] = max(inner[l], svgdraw.MaxWidth(g.lines, 12, true)+16-2*stGroupPad)
 	}
 	outer := make([]float64, layers)
 	for l := range outer {
@@ -378,7 +380,7 @@ func drawStates(src string) ([]byte, error) {
 			buses[l]++
 		}
 		e.bus = b
-		labelW[l] = max(labelW[l], maxWidth(e.label, 12, false))
+		labelW[l] = max(labelW[l], svgdraw.MaxWidth(e.label, 12, false))
 	}
 	left := make([]float64, layers) // each layer's left edge
 	x := stMargin
@@ -514,7 +516,7 @@ func drawStates(src string) ([]byte, error) {
 	lane := bottom + 12
 	for i := range d.edges {
 		e := &d.edges[i]
-		lw, lh := maxWidth(e.label, 12, false), labelH(*e)
+		lw, lh := svgdraw.MaxWidth(e.label, 12, false), labelH(*e)
 		switch e.kind {
 		case "forward":
 			l := d.blocks[e.fromB].layer
@@ -581,45 +583,45 @@ func drawStates(src string) ([]byte, error) {
 		}
 	}
 	if d.title != "" {
-		wTotal = max(wTotal, width(d.title, 14, true)+2*stMargin)
+		wTotal = max(wTotal, svgdraw.Width(d.title, 14, true)+2*stMargin)
 	}
 	if err := d.checkOverlaps(labels); err != nil {
 		return nil, err
 	}
 
-	var c canvas
+	var c svgdraw.Canvas
 	if d.title != "" {
-		c.text(stMargin, stMargin+14, d.title, 14, true, "start", "#111111")
+		c.Text(stMargin, stMargin+14, d.title, 14, true, "start", "#111111")
 	}
 	for g := range d.groups {
 		b := groupBox(g)
-		c.rect(b.x0, b.y0, b.x1-b.x0, b.y1-b.y0, 8, "#f5f7fa", "#8c96a0", "")
-		c.lines(b.x0+8, b.y0+4+12, d.groups[g].lines, 12, true, "start", "#333333")
+		c.Rect(b.x0, b.y0, b.x1-b.x0, b.y1-b.y0, 8, "#f5f7fa", "#8c96a0", "")
+		c.Lines(b.x0+8, b.y0+4+12, d.groups[g].lines, 12, true, "start", "#333333")
 	}
 	for _, n := range d.nodes {
 		fill, stroke, dash := "#e8eef7", "#3a4a5c", ""
 		if n.start {
 			fill, dash = "#ffffff", "5 3"
 		}
-		c.rect(n.x, n.y-n.h/2, n.w, n.h, 6, fill, stroke, dash)
-		c.lines(n.x+n.w/2, n.y-n.h/2+6+12, n.lines, 12, true, "middle", "#111111")
+		c.Rect(n.x, n.y-n.h/2, n.w, n.h, 6, fill, stroke, dash)
+		c.Lines(n.x+n.w/2, n.y-n.h/2+6+12, n.lines, 12, true, "middle", "#111111")
 	}
 	for _, e := range d.edges {
 		p := e.path
 		ex, ey := p[len(p)-2], p[len(p)-1]
 		q := append([]float64(nil), p...)
 		q[len(q)-2], q[len(q)-1] = ex-e.headDX*4, ey-e.headDY*4
-		c.line("#1f2d3d", 1.3, "", q...)
-		c.arrowhead(ex, ey, e.headDX, e.headDY, "#1f2d3d")
+		c.Line("#1f2d3d", 1.3, "", q...)
+		c.Arrowhead(ex, ey, e.headDX, e.headDY, "#1f2d3d")
 		b := e.labelBox
 		switch e.kind {
 		case "self", "back":
-			c.lines((b.x0+b.x1)/2, b.y0+12, e.label, 12, false, "middle", "#111111")
+			c.Lines((b.x0+b.x1)/2, b.y0+12, e.label, 12, false, "middle", "#111111")
 		default:
-			c.lines(b.x0, b.y0+12, e.label, 12, false, "start", "#111111")
+			c.Lines(b.x0, b.y0+12, e.label, 12, false, "start", "#111111")
 		}
 	}
-	return c.svg(wTotal, hTotal, d.title), nil
+	return c.SVG(wTotal, hTotal, d.title), nil
 }
 
 // checkOverlaps refuses a layout where a label overlaps a state's box,
