@@ -185,6 +185,7 @@ func (c *cli) flagSet(cmd string, w io.Writer) *flag.FlagSet {
 	switch cmd {
 	case "history":
 		fs.IntVar(&c.limit, "limit", 20, "how many terms, at least 1")
+		fs.BoolVar(&c.svg, "svg", false, "draw the terms as an SVG timeline (a lane per leader, colours by how each ended, the times nobody led hatched red) instead of a table")
 	case "watch":
 		fs.DurationVar(&c.interval, "interval", 250*time.Millisecond, "how often to read the election, "+intervalRange())
 	case "run":
@@ -235,6 +236,8 @@ func (c *cli) validate(cmd string, fs *flag.FlagSet, pos []string) string {
 		return fmt.Sprintf("--timeout %v is not positive; give how long to wait, as 30s or 2m", c.timeout)
 	case cmd == "history" && c.limit < 1:
 		return fmt.Sprintf("--limit %d: give how many terms to print, at least 1", c.limit)
+	case c.svg && c.json:
+		return "--svg and --json: give one; --svg draws the terms, --json lists them"
 	case cmd == "watch" && (c.interval < minInterval || c.interval > maxInterval):
 		return fmt.Sprintf("--interval %v is out of range: use %s", c.interval, intervalRange())
 	case cmd == "run":

@@ -18,7 +18,8 @@
 //	electctl help [COMMAND]                 print the usage, or a command's flags
 //
 // Flags (before or after the command): --dsn (default $ELECTION_DSN),
-// --prefix, --json, --timeout, --limit (history), --interval (watch). The
+// --prefix, --json, --timeout, --limit and --svg (history), --interval
+// (watch). The
 // command is the first argument that is neither a flag nor a flag's value;
 // after -- every argument is positional. Exit codes: 0 done, 1 error,
 // 2 usage, 3 no leader, 4 not found (an election that has had no term,
@@ -140,6 +141,7 @@ type cli struct {
 	cfg         *mysql.Config // the DSN, parsed; its password is never printed
 	prefix      string
 	json        bool
+	svg         bool // history: draw the terms as an SVG timeline
 	timeout     time.Duration
 	limit       int
 	interval    time.Duration
