@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -101,6 +102,18 @@ func TestHistorySVG(t *testing.T) {
 		if !strings.Contains(out, `fill="`+timeline.ReasonColor(reason)+`"`) {
 			t.Errorf("history --svg: no bar in %s's colour\n%s", reason, out)
 		}
+	}
+	// A Go program gets the same picture from its Operator.
+	op, err := election.NewOperator(c.db, "jobs", election.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lib strings.Builder
+	if err := op.HistorySVG(context.Background(), &lib, 0); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("token %d, leader b: ", second); !strings.Contains(lib.String(), want) {
+		t.Errorf("Operator.HistorySVG: no %q in\n%s", want, lib.String())
 	}
 	if code, _, errOut := c.ctl("history", "jobs", "--svg", "--json"); code != exitUsage {
 		t.Errorf("history --svg --json: %d, want a usage error\n%s", code, errOut)
