@@ -22,7 +22,10 @@ func (c *cli) history(ctx context.Context, name string) int {
 		return c.noTerm(name)
 	}
 	if c.svg {
-		return c.historySVG(ctx, e, hist)
+		if err := e.HistorySVG(ctx, c.out, c.limit); err != nil {
+			return c.fail(err)
+		}
+		return exitOK
 	}
 	if c.json {
 		type termView struct {
@@ -81,19 +84,6 @@ func (c *cli) history(ctx context.Context, name string) int {
 			stamp(t.Started), stamp(t.Ended), duration(t), reason})
 	}
 	c.table("TOKEN\tLEADER\tHOST\tPID\tSERVER\tSTARTED\tENDED\tLASTED\tREASON", rows)
-	return exitOK
-}
-
-// historySVG draws hist as a timeline on stdout, the term that leads now
-// (by the record) as leading, open terms to now by this machine's clock.
-func (c *cli) historySVG(ctx context.Context, e *election.Operator, hist []election.TermRecord) int {
-	var leading uint64
-	if rec, err := e.Leader(ctx); err == nil && rec.Leading() {
-		leading = rec.Token
-	}
-	if err := election.WriteHistorySVG(c.out, e.Name(), hist, leading, time.Now()); err != nil {
-		return c.fail(err)
-	}
 	return exitOK
 }
 
