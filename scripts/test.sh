@@ -9,7 +9,9 @@
 # protocol's SPIN model (scripts/spin.sh, which installs spin if needed).
 # The suite runs with the etcd server and electbench-etcd built for
 # electbench's etcd contenders (scripts/etcd.sh; their module,
-# cmd/electbench/etcd, is outside go.work and vetted here on its own).
+# cmd/electbench/etcd, is outside go.work and vetted here on its own), and
+# with Debian's prometheus (promtool, for the rules of monitoring/) and
+# chromium (which draws the history picture), installed if missing.
 # Last, the root package's suite again against a private TiDB, built once
 # from the module proxy (scripts/tidb.sh); skipped, saying why, when it
 # cannot be built.
@@ -18,6 +20,7 @@ cd "$(dirname "$0")/.."
 . scripts/mariadb.sh
 . scripts/tidb.sh
 . scripts/etcd.sh
+. scripts/packages.sh
 # Every module of the workspace (go.work). "./..." would stop at the nested
 # modules (electionprom, electionotel, electiongocron, cmd/electbench,
 # internal/mysqltest/docker), even in workspace mode; the module path pattern
@@ -45,6 +48,8 @@ ensure_mariadb
 ensure_faketime
 ensure_galera
 ensure_etcd
+ensure_package prometheus /usr/bin/promtool "the Prometheus rules' tests (electionprom)"
+ensure_package chromium /usr/bin/chromium "the history picture's browser test (internal/timeline)"
 go test -race -count=1 -timeout 20m "$@" "$pkgs"
 if ensure_tidb; then
   echo "the root package's suite against TiDB ($ELECTION_TIDB_SERVER):"
