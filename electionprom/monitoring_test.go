@@ -2,24 +2,20 @@ package electionprom_test
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sqlelect/election/internal/monitortest"
 )
 
 // monitoring is the folder of the rules and the dashboard shipped with the
 // project.
-const monitoring = "../monitoring"
+var monitoring = monitortest.Dir()
 
 // promtool is Prometheus's, from Debian's prometheus package, which
 // scripts/test.sh installs.
@@ -99,63 +95,5 @@ func TestDashboardQueriesParse(t *testing.T) {
 // as a scrape of it shows, with every hook of its Observer called once.
 func TestMonitoringNamesExportedMetrics(t *testing.T) {
 	reg, m := newMetrics(t)
-	o := m.Observer()
-	o.TermStarted("e", "a", 1)
-	o.TermEnded("e", "a", 1, "resigned")
-	o.Failover("e", time.Second)
-	o.Renewed("e", time.Millisecond, nil)
-	o.Killed("e", "hang-killed", nil)
-	o.CampaignFailed("e", errors.New("a campaign failed"))
-	o.HealthChecked("e", true, nil)
-	o.Preempted("e", "b")
-	o.Campaigning("e", "own")
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scrape, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exported := map[string]bool{}
-	for _, line := range strings.Split(string(scrape), "\n") {
-		if name, _, ok := strings.Cut(line, "{"); ok && !strings.HasPrefix(line, "#") {
-			exported[name] = true
-		} else if name, _, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
-			exported[name] = true
-		}
-	}
-	var texts []string
-	for _, f := range []string{"election-rules.yml", "election-dashboard.json"} {
-		raw, err := os.ReadFile(filepath.Join(monitoring, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		texts = append(texts, string(raw))
-	}
-	for _, p := range readDashboard(t).Panels {
-		for _, target := range p.Targets {
-			texts = append(texts, target.Expr)
-		}
-	}
-	// A metric is a name of the adapter's namespace in an expression; a
-	// recording rule's (election:...) is not one.
-	named := regexp.MustCompile(`\b(election_[a-z_]+|leader_election_master_status)\b`)
-	var unknown []string
-	for _, text := range texts {
-		for _, name := range named.FindAllString(text, -1) {
-			if !exported[name] && !slices.Contains(unknown, name) {
-				unknown = append(unknown, name)
-			}
-		}
-	}
-	if len(unknown) > 0 {
-		t.Fatalf("the monitoring files name metrics the adapter does not export: %v\nscrape:\n%s", unknown, scrape)
-	}
-	if !exported["election_is_leader"] || !exported["election_keepalive_seconds_bucket"] {
-		t.Fatalf("the scrape lacks the adapter's metrics:\n%s", scrape)
-	}
+	monitortest.NamesExported(t, m.Observer(), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 }
