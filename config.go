@@ -228,6 +228,11 @@ type Observer struct {
 	// SessionShared or SessionPool, as Candidate.Session); once per
 	// campaign.
 	Campaigning func(election, session string)
+	// Stopped: Run returned err, an error retrying cannot fix (see Run),
+	// and this candidate campaigns no more until Run is called again. Run
+	// calls it with err nil as it starts. A Run whose context ended, or
+	// whose function returned ErrStop, is not reported: it was stopped.
+	Stopped func(election string, err error)
 }
 
 // The hooks, each a no-op where its field is nil.
@@ -283,6 +288,12 @@ func (o *Observer) preempted(election, to string) {
 func (o *Observer) campaigning(election, session string) {
 	if o.Campaigning != nil {
 		o.Campaigning(election, session)
+	}
+}
+
+func (o *Observer) stopped(election string, err error) {
+	if o.Stopped != nil {
+		o.Stopped(election, err)
 	}
 }
 

@@ -381,6 +381,7 @@ func (e *Elector) retry(ctx context.Context, b backoff.BackOff, err error) error
 	e.st.cfg.Observer.campaignFailed(e.st.name, err)
 	if permanent(err) {
 		if !errors.Is(err, ErrCampaigning) { // the campaign under way goes on
+			e.log.Error("campaign failed, and retrying cannot fix it: Run returns, and this candidate campaigns no more until Run is called again", "err", err)
 			e.setStopped(err)
 		}
 		return err
@@ -475,10 +476,13 @@ func (e *Elector) setRunning(t *Term, fnCtx context.Context) {
 	})
 }
 
+// setStopped records why Run stopped campaigning, nil as it starts, for
+// HealthHandler and the Observer.
 func (e *Elector) setStopped(err error) {
 	e.mu.Lock()
 	e.stopped = err
 	e.mu.Unlock()
+	e.st.cfg.Observer.stopped(e.st.name, err)
 }
 
 // TryRun is the cluster lock for a task scheduled on every instance (as

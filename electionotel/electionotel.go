@@ -31,6 +31,9 @@
 //	election.session{session}          gauge, 1 for how this process's candidate reaches the server
 //	                                   ("own", "shared" or "pool", as Candidate.Session), 0 for
 //	                                   the others
+//	election.stopped                   gauge, 1 after Run returned an error retrying cannot fix
+//	                                   (access denied, the schema, ...; see Observer.Stopped),
+//	                                   until Run is called again, else 0
 //	leader_election_master_status      gauge, as election.is_leader but with the attribute name
 //	                                   for the election: the metric (and label) client-go's leader
 //	                                   election exports, which existing dashboards read
@@ -65,6 +68,7 @@ type Metrics struct {
 	healthy      metric.Int64Gauge
 	preferred    metric.Int64Counter
 	session      metric.Int64Gauge
+	stopped      metric.Int64Gauge
 
 	// terms counts the terms held here per election. Two Electors of one
 	// election in a process overlap briefly at a hand-over (the new term
@@ -92,7 +96,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	for i := range gaps {
 		gaps[i] = 0.001 * math.Pow(2, float64(i))
 	}
-	var errs [12]error
+	var errs [13]error
 	m.isLeader, errs[0] = meter.Int64Gauge("election.is_leader",
 		metric.WithDescription("1 while this process leads the election, else 0."))
 	m.masterStatus, errs[1] = meter.Int64Gauge("leader_election_master_status",
@@ -121,6 +125,8 @@ func New(meter metric.Meter) (*Metrics, error) {
 		metric.WithDescription("Hand-overs this process's leader asked for to a candidate of higher priority (Config.PreferAfter)."))
 	m.session, errs[11] = meter.Int64Gauge("election.session",
 		metric.WithDescription(`1 for how this process's candidate reaches the server ("own", "shared" or "pool", as Candidate.Session), 0 for the others.`))
+	m.stopped, errs[12] = meter.Int64Gauge("election.stopped",
+		metric.WithDescription("1 after Run returned an error retrying cannot fix (access denied, the schema, ...), until Run is called again, else 0."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("electionotel: creating instruments: %w", err)
 	}
@@ -134,24 +140,29 @@ func (m *Metrics) Observer() *election.Observer {
 	ctx := context.Background()
 	return &election.Observer{
 		TermStarted: func(name, _ string, token uint64) {
+			m.known(name)
 			m.leading(name, 1)
 			m.token.Record(ctx, int64(token), attrs(name))
 			m.transitions.Add(ctx, 1, attrs(name, "event", "started"))
 		},
 		TermEnded: func(name, _ string, _ uint64, reason string) {
+			m.known(name)
 			m.leading(name, -1)
 			m.transitions.Add(ctx, 1, attrs(name, "event", reason))
 		},
 		Failover: func(name string, leaderless time.Duration) {
+			m.known(name)
 			m.failover.Record(ctx, leaderless.Seconds(), attrs(name))
 		},
 		Renewed: func(name string, latency time.Duration, err error) {
+			m.known(name)
 			m.keepalive.Record(ctx, latency.Seconds(), attrs(name))
 			if err != nil {
 				m.failures.Add(ctx, 1, attrs(name, "kind", "keepalive"))
 			}
 		},
 		Killed: func(name, reason string, err error) {
+			m.known(name)
 			if err != nil {
 				m.failures.Add(ctx, 1, attrs(name, "kind", "kill"))
 				return
@@ -159,9 +170,11 @@ func (m *Metrics) Observer() *election.Observer {
 			m.kills.Add(ctx, 1, attrs(name, "reason", reason))
 		},
 		CampaignFailed: func(name string, _ error) {
+			m.known(name)
 			m.failures.Add(ctx, 1, attrs(name, "kind", "campaign"))
 		},
 		HealthChecked: func(name string, healthy bool, err error) {
+			m.known(name)
 			result, v := "passed", int64(0)
 			if err != nil {
 				result = "failed"
@@ -173,9 +186,11 @@ func (m *Metrics) Observer() *election.Observer {
 			m.healthy.Record(ctx, v, attrs(name))
 		},
 		Preempted: func(name, _ string) {
+			m.known(name)
 			m.preferred.Add(ctx, 1, attrs(name))
 		},
 		Campaigning: func(name, session string) {
+			m.known(name)
 			for _, s := range []string{election.SessionOwn, election.SessionShared, election.SessionPool} {
 				var v int64
 				if s == session {
@@ -184,7 +199,43 @@ func (m *Metrics) Observer() *election.Observer {
 				m.session.Record(ctx, v, attrs(name, "session", s))
 			}
 		},
+		Stopped: func(name string, err error) {
+			m.known(name)
+			var v int64
+			if err != nil {
+				v = 1
+			}
+			m.stopped.Record(ctx, v, attrs(name))
+		},
 	}
+}
+
+// known records, at an election's first event, 0 for the counters the rules
+// of monitoring/ read and for is_leader: Prometheus's increase() counts from
+// a series' first sample, so a counter that appeared at 1 would hide its
+// first event. A histogram has no such 0 (an instrument exports a point
+// only once recorded): its first observation goes uncounted there.
+func (m *Metrics) known(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.terms[name]; ok {
+		return
+	}
+	m.terms[name] = 0
+	ctx := context.Background()
+	m.isLeader.Record(ctx, 0, attrs(name))
+	m.masterStatus.Record(ctx, 0, metric.WithAttributes(attribute.String("name", name)))
+	m.transitions.Add(ctx, 0, attrs(name, "event", "started"))
+	for _, kind := range []string{"keepalive", "campaign", "kill"} {
+		m.failures.Add(ctx, 0, attrs(name, "kind", kind))
+	}
+	for _, reason := range []string{"hang-killed", "demote-killed"} {
+		m.kills.Add(ctx, 0, attrs(name, "reason", reason))
+	}
+	for _, result := range []string{"passed", "failed"} {
+		m.healthChecks.Add(ctx, 0, attrs(name, "result", result))
+	}
+	m.preferred.Add(ctx, 0, attrs(name))
 }
 
 // leading adds delta to the terms held for election name and sets

@@ -344,4 +344,30 @@ func TestCampaignFailures(t *testing.T) {
 	if n := value(t, r, "election.failures", "election", "unreachable", "kind", "campaign"); n < 1 {
 		t.Fatalf("%v failed campaigns counted, want at least 1", n)
 	}
+	if v := value(t, r, "election.stopped", "election", "unreachable"); v != 0 {
+		t.Fatalf("election.stopped = %v after Run retried until its context ended, want 0", v)
+	}
+}
+
+// A Run that returned an error retrying cannot fix (a database that does
+// not exist) reports that it stopped.
+func TestStoppedRun(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("mysql", server.DSN("no_such_database"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r, m := newMetrics(t)
+	e := newElector(t, db, election.GetLock, "refused", "a", m)
+	err = e.Run(ctxFor(t, time.Minute), func(context.Context, *election.Term) error {
+		t.Error("led on a missing database")
+		return nil
+	})
+	if !errors.Is(err, election.ErrAccessDenied) {
+		t.Fatalf("Run: %v, want ErrAccessDenied", err)
+	}
+	if v := value(t, r, "election.stopped", "election", "refused"); v != 1 {
+		t.Fatalf("election.stopped = %v after Run returned %v, want 1", v, err)
+	}
 }

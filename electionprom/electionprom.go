@@ -29,6 +29,9 @@
 //	election_session{session}             1 for how this process's candidate reaches the server
 //	                                      ("own", "shared" or "pool", as Candidate.Session), 0 for
 //	                                      the others
+//	election_stopped                      1 after Run returned an error retrying cannot fix (access
+//	                                      denied, the schema, ...; see Observer.Stopped), until Run
+//	                                      is called again, else 0
 //
 // and, labelled name rather than election, the metric client-go's leader
 // election exports, which existing dashboards read:
@@ -61,11 +64,13 @@ type Metrics struct {
 	healthy      *prometheus.GaugeVec
 	preferred    *prometheus.CounterVec
 	session      *prometheus.GaugeVec
+	stopped      *prometheus.GaugeVec
 
-	// terms counts the terms held here per election. Two Electors of one
-	// election in a process overlap briefly at a hand-over (the new term
-	// may start before the old one's TermEnded runs), so is_leader is set
-	// from this count rather than from the last event.
+	// terms counts the terms held here per election, from its first event
+	// on. Two Electors of one election in a process overlap briefly at a
+	// hand-over (the new term may start before the old one's TermEnded
+	// runs), so is_leader is set from this count rather than from the last
+	// event.
 	mu    sync.Mutex
 	terms map[string]int
 }
@@ -131,10 +136,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "session",
 			Help: `1 for how this process's candidate reaches the server ("own", "shared" or "pool", as Candidate.Session), 0 for the others.`,
 		}, []string{"election", "session"}),
+		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "stopped",
+			Help: "1 after Run returned an error retrying cannot fix (access denied, the schema, ...), until Run is called again, else 0.",
+		}, []string{"election"}),
 		terms: map[string]int{},
 	}
 	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failover, m.failures, m.kills,
-		m.healthChecks, m.healthy, m.preferred, m.session}
+		m.healthChecks, m.healthy, m.preferred, m.session, m.stopped}
 	if err := reg.Register(all); err != nil {
 		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
 	}
@@ -147,24 +156,29 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) Observer() *election.Observer {
 	return &election.Observer{
 		TermStarted: func(name, _ string, token uint64) {
+			m.known(name)
 			m.leading(name, 1)
 			m.token.WithLabelValues(name).Set(float64(token))
 			m.transitions.WithLabelValues(name, "started").Inc()
 		},
 		TermEnded: func(name, _ string, _ uint64, reason string) {
+			m.known(name)
 			m.leading(name, -1)
 			m.transitions.WithLabelValues(name, reason).Inc()
 		},
 		Failover: func(name string, leaderless time.Duration) {
+			m.known(name)
 			m.failover.WithLabelValues(name).Observe(leaderless.Seconds())
 		},
 		Renewed: func(name string, latency time.Duration, err error) {
+			m.known(name)
 			m.keepalive.WithLabelValues(name).Observe(latency.Seconds())
 			if err != nil {
 				m.failures.WithLabelValues(name, "keepalive").Inc()
 			}
 		},
 		Killed: func(name, reason string, err error) {
+			m.known(name)
 			if err != nil {
 				m.failures.WithLabelValues(name, "kill").Inc()
 				return
@@ -172,9 +186,11 @@ func (m *Metrics) Observer() *election.Observer {
 			m.kills.WithLabelValues(name, reason).Inc()
 		},
 		CampaignFailed: func(name string, _ error) {
+			m.known(name)
 			m.failures.WithLabelValues(name, "campaign").Inc()
 		},
 		HealthChecked: func(name string, healthy bool, err error) {
+			m.known(name)
 			result, v := "passed", 0.0
 			if err != nil {
 				result = "failed"
@@ -186,9 +202,11 @@ func (m *Metrics) Observer() *election.Observer {
 			m.healthy.WithLabelValues(name).Set(v)
 		},
 		Preempted: func(name, _ string) {
+			m.known(name)
 			m.preferred.WithLabelValues(name).Inc()
 		},
 		Campaigning: func(name, session string) {
+			m.known(name)
 			for _, s := range []string{election.SessionOwn, election.SessionShared, election.SessionPool} {
 				v := 0.0
 				if s == session {
@@ -197,7 +215,43 @@ func (m *Metrics) Observer() *election.Observer {
 				m.session.WithLabelValues(name, s).Set(v)
 			}
 		},
+		Stopped: func(name string, err error) {
+			m.known(name)
+			v := 0.0
+			if err != nil {
+				v = 1
+			}
+			m.stopped.WithLabelValues(name).Set(v)
+		},
 	}
+}
+
+// known exports, at an election's first event, the series the rules of
+// monitoring/ read at 0: Prometheus's increase() counts from a series'
+// first sample, so a counter that appeared at 1 would hide its first event
+// ("Avoid missing metrics", Prometheus's instrumentation practices).
+func (m *Metrics) known(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.terms[name]; ok {
+		return
+	}
+	m.terms[name] = 0
+	m.isLeader.WithLabelValues(name)
+	m.masterStatus.WithLabelValues(name)
+	m.transitions.WithLabelValues(name, "started")
+	m.keepalive.WithLabelValues(name)
+	m.failover.WithLabelValues(name)
+	for _, kind := range []string{"keepalive", "campaign", "kill"} {
+		m.failures.WithLabelValues(name, kind)
+	}
+	for _, reason := range []string{"hang-killed", "demote-killed"} {
+		m.kills.WithLabelValues(name, reason)
+	}
+	for _, result := range []string{"passed", "failed"} {
+		m.healthChecks.WithLabelValues(name, result)
+	}
+	m.preferred.WithLabelValues(name)
 }
 
 // leading adds delta to the terms held for election name and sets

@@ -367,10 +367,14 @@ func TestCampaignFailures(t *testing.T) {
 	if n := value(t, reg, "election_failures_total", "election", "unreachable", "kind", "campaign"); n < 1 {
 		t.Fatalf("%v failed campaigns counted, want at least 1", n)
 	}
+	if v := value(t, reg, "election_stopped", "election", "unreachable"); v != 0 {
+		t.Fatalf("election_stopped = %v after Run retried until its context ended, want 0", v)
+	}
 }
 
 // A campaign that retrying cannot fix (a database that does not exist) is
-// counted once: Run returns it instead of retrying.
+// counted once: Run returns it instead of retrying, and reports that it
+// stopped until it is called again.
 func TestRefusedCampaignCountedOnce(t *testing.T) {
 	t.Parallel()
 	db, err := sql.Open("mysql", server.DSN("no_such_database"))
@@ -389,6 +393,15 @@ func TestRefusedCampaignCountedOnce(t *testing.T) {
 	}
 	if n := value(t, reg, "election_failures_total", "election", "refused", "kind", "campaign"); n != 1 {
 		t.Fatalf("%v failed campaigns counted, want 1", n)
+	}
+	if v := value(t, reg, "election_stopped", "election", "refused"); v != 1 {
+		t.Fatalf("election_stopped = %v after Run returned %v, want 1", v, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.Run(ctx, func(context.Context, *election.Term) error { return nil })
+	if v := value(t, reg, "election_stopped", "election", "refused"); v != 0 {
+		t.Fatalf("election_stopped = %v once Run was called again, want 0", v)
 	}
 }
 
@@ -411,5 +424,40 @@ func TestRegisterTwice(t *testing.T) {
 	}
 	if err := reg.Register(prometheus.NewGauge(prometheus.GaugeOpts{Name: "election_is_leader", Help: "other"})); err != nil {
 		t.Fatalf("a failed New left metrics registered: %v", err)
+	}
+}
+
+// An election's first event (Run's start) exports at 0 the series the rules
+// of monitoring/ count with increase(), which misses a counter's first
+// event if its series appears at 1.
+func TestSeriesAtZeroFromTheFirstEvent(t *testing.T) {
+	t.Parallel()
+	reg, m := newMetrics(t)
+	m.Observer().Stopped("fresh", nil)
+	var scrape strings.Builder
+	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer ts.Close()
+	resp, err := ts.Client().Get(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(&scrape, resp.Body)
+	resp.Body.Close()
+	for _, line := range []string{
+		`election_is_leader{election="fresh"} 0`,
+		`election_transitions_total{election="fresh",event="started"} 0`,
+		`election_failures_total{election="fresh",kind="campaign"} 0`,
+		`election_kills_total{election="fresh",reason="hang-killed"} 0`,
+		`election_kills_total{election="fresh",reason="demote-killed"} 0`,
+		`election_failover_seconds_count{election="fresh"} 0`,
+		`election_keepalive_seconds_count{election="fresh"} 0`,
+		`election_stopped{election="fresh"} 0`,
+	} {
+		if !strings.Contains(scrape.String(), line+"\n") {
+			t.Errorf("the scrape lacks %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", scrape.String())
 	}
 }

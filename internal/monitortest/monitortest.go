@@ -34,6 +34,7 @@ func NamesExported(t testing.TB, o *election.Observer, metrics http.Handler) {
 	o.HealthChecked("e", true, nil)
 	o.Preempted("e", "b")
 	o.Campaigning("e", "own")
+	o.Stopped("e", errors.New("access denied"))
 	srv := httptest.NewServer(metrics)
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
