@@ -204,8 +204,8 @@ type Observer struct {
 	// cut off, its last renewal, so an upper bound), or, for a GetLock term
 	// started in one statement on the deputy's last look, the claim's round
 	// trip: the last term's session had ended when the lock was won (the
-	// server's noticing that end is not in it). Not called for an
-	// election's first term.
+	// server's noticing that end is not in it). A step of the server's
+	// clock in between is in it. Not called for an election's first term.
 	Failover func(election string, leaderless time.Duration)
 	// Renewed: a keepalive finished after latency; err is nil if it was
 	// confirmed.

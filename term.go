@@ -107,19 +107,23 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 
 // leaderless is how long the election had no leader when this read was
 // made, at most: since p's last sign of life (its recorded end, else its
-// last renewal: a leader that crashed died after it), as this candidate's
-// watch of the database clock vouches for it, so that a step of that clock
-// neither adds to it nor takes from it. Every read a term start follows is
-// vouched for. ok is false for an election's first term.
+// last renewal: a leader that crashed died after it), on the database
+// clock. Not as this candidate's watch vouches for the renewal (its
+// decisions' measure): the watch takes a stamp from before its run as made
+// at the run's first read, so a deputy that waited longer than a run in
+// GET_LOCK would count a stopped leader's failover from its last look, not
+// from that leader's last renewal. A step of the server's clock between
+// the two is in it (and logged, see store.vouch). ok is false for an
+// election's first term.
 func (p predecessor) leaderless() (d time.Duration, ok bool) {
 	if !p.exists {
 		return 0, false
 	}
-	seen := p.rec.endedBy
-	if seen.IsZero() {
-		seen = p.rec.renewedBy
+	seen := p.rec.Renewed
+	if !p.rec.Ended.IsZero() {
+		seen = p.rec.Ended
 	}
-	return max(p.rec.read.Sub(seen), 0), true
+	return max(p.now().Sub(seen), 0), true
 }
 
 // Token returns the term's fencing token: the election's epoch for this

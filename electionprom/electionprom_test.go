@@ -28,6 +28,9 @@ import (
 var server *mysqltest.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv("ELECTIONPROM_CHILD") != "" {
+		os.Exit(childMain())
+	}
 	os.Exit(mysqltest.Main(m, func(s *mysqltest.Server) func() {
 		server = s
 		return nil

@@ -48,7 +48,7 @@ ensure_mariadb
 ensure_faketime
 ensure_galera
 ensure_etcd
-ensure_package prometheus /usr/bin/promtool "the Prometheus rules' tests (electionprom)"
+ensure_package prometheus /usr/bin/promtool "the Prometheus rules' tests, promtool's and a real Prometheus's (electionprom)"
 ensure_package chromium /usr/bin/chromium "the history picture's browser test (internal/timeline)"
 go test -race -count=1 -timeout 20m "$@" "$pkgs"
 if ensure_tidb; then

@@ -55,6 +55,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -77,7 +78,8 @@ type runOptions struct {
 	grace                  time.Duration
 	hold                   time.Duration // lead at least this long after the term began
 	lease, margin          time.Duration
-	identity               string
+	identity, version      string
+	priority               int
 	conflict               int      // exit code when another candidate leads
 	argv                   []string // the command and its arguments, after --
 	dashed                 bool     // a -- was given
@@ -145,6 +147,8 @@ func (c *cli) runFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.margin, "margin", election.DefaultMargin, "time between the lease's end and the earliest next leader (Config.Margin), at least "+minMargin.String()+"; CMD's --grace is cut from it")
 	fs.DurationVar(&o.grace, "grace", 0, "time CMD has to exit after SIGTERM when the term ends, before SIGKILL; 0 given: SIGKILL at once\n(default and most: min(margin, lease−interval) − margin/4, 750ms with the default timing)")
 	fs.StringVar(&o.identity, "identity", "", "this candidate's identity, for status and handover (default host-pid-random)")
+	fs.IntVar(&o.priority, "priority", 0, "rank for leadership, higher first (Config.Priority): whenever a term ends, the live candidate of the highest\npriority leads next; for a rolling deploy, start the new instances with a higher one before stopping the old")
+	fs.StringVar(&o.version, "version", "", "shown beside this candidate in electctl candidates (Config.Version), as v2")
 	fs.BoolVar(&o.nonblock, "nonblock", false, "exit at once with --conflict-exit-code if another candidate leads")
 	fs.DurationVar(&o.hold, "hold", 0, "after CMD exits, keep leading until this long after the term began, so that a later --nonblock (a cron\nwhose clock runs behind) finds it held, as TryRun's atLeast does")
 	fs.BoolVar(&o.again, "again", false, "campaign again after CMD exits or the term ends, and run CMD again when leading; until a signal")
@@ -160,6 +164,8 @@ func (c *cli) validateRun(given map[string]bool) string {
 		return "--nonblock does not wait and --timeout bounds the wait: give one of them"
 	case o.nonblock && o.again:
 		return "--nonblock gives up when another candidate leads, --again waits to lead again: give one of them"
+	case o.priority < math.MinInt32 || o.priority > math.MaxInt32:
+		return fmt.Sprintf("--priority %d is out of range: give %d to %d", o.priority, math.MinInt32, math.MaxInt32)
 	case o.conflict < 0 || o.conflict > 255:
 		return fmt.Sprintf("--conflict-exit-code %d is not an exit code: give 0 to 255", o.conflict)
 	case c.interval <= 0 || o.lease <= 0 || o.margin <= 0:
@@ -239,6 +245,7 @@ func (c *cli) runCommand(name string, dsn *mysql.Config) int {
 	}
 	cfg := election.Config{
 		Interval: c.interval, Lease: o.lease, Margin: o.margin, Identity: o.identity, TablePrefix: c.prefix,
+		Priority: int32(o.priority), Version: o.version,
 		// The library's warnings (a campaign failed and is retried, a
 		// keepalive failed); the terms get run's own lines.
 		Logger: slog.New(slog.NewTextHandler(c.errOut, &slog.HandlerOptions{Level: slog.LevelWarn})),

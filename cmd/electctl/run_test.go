@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -462,6 +463,34 @@ func TestRunNonblockConflict(t *testing.T) {
 	h.signal(t, syscall.SIGTERM) // ends the hold; the exit code is still the command's
 	if code := h.wait(t); code != 6 {
 		t.Errorf("electctl --hold exited %d after SIGTERM, want its command's 6:\n%s", code, h.stderr())
+	}
+}
+
+// --priority: when the leader's instance stops, the waiting candidate of
+// the highest priority leads next, though an equal of the leader waited
+// longer: a rolling deploy's new instance, started before the old stop.
+func TestRunPriority(t *testing.T) {
+	c := newCluster(t)
+	dir := t.TempDir()
+	a := c.startRun(t, dir, "a", "jobs", "--", self(t), "serve", "0")
+	events(t, dir, "start", 1)
+	c.startRun(t, dir, "b", "jobs", "--", self(t), "serve", "0")
+	waitCandidates(t, c, "jobs", 2)
+	c.startRun(t, dir, "new", "--priority", "1", "--version", "v2", "jobs", "--", self(t), "serve", "0")
+	waitCandidates(t, c, "jobs", 3)
+	_, out, _ := c.ctl("candidates", "jobs", "--json")
+	var cands []candidateView
+	if err := json.Unmarshal([]byte(out), &cands); err != nil || !slices.ContainsFunc(cands, func(k candidateView) bool {
+		return k.Identity == "new" && k.Priority == 1 && k.Version == "v2"
+	}) {
+		t.Errorf("electctl candidates does not show new's priority and version (%v):\n%s", err, out)
+	}
+	a.signal(t, syscall.SIGTERM)
+	if code := a.wait(t); code != 0 {
+		t.Errorf("the leader exited %d after SIGTERM, want 0", code)
+	}
+	if next := events(t, dir, "start", 2)[1]; next.ID != "new" {
+		t.Errorf("%s leads after a stopped, want new, of the higher priority", next.ID)
 	}
 }
 
