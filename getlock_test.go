@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/internal/mysqltest"
 )
 
 // After a term ends, however it ends, no session in the pool owns the lock:
@@ -165,7 +166,7 @@ func TestHangDetectionKillsStuckLeader(t *testing.T) {
 	b := newElector(t, election.GetLock, server.Open(t, dbNameOf(t, db)), "hang", "b")
 	ta := await(t, campaign(ctx, a), 10*time.Second).term
 	rb := campaign(ctx, b)
-	release := holdRecordRow(t, db)
+	release := mysqltest.HoldRows(t, db, "election_record")
 	<-ta.Done()
 	if !errors.Is(ta.Err(), election.ErrLeaseExpired) {
 		t.Fatalf("stuck leader's term ended with %v, want ErrLeaseExpired", ta.Err())
@@ -190,7 +191,7 @@ func TestHangWithoutKillPrivilege(t *testing.T) {
 	lowly := openAsUser(t, dbName, "nokill_"+dbName, "GRANT SELECT, INSERT, UPDATE, DELETE ON `"+dbName+"`.* TO %s")
 	b := newElector(t, election.GetLock, lowly, "hang-nopriv", "b")
 	rb := campaign(ctx, b)
-	release := holdRecordRow(t, db)
+	release := mysqltest.HoldRows(t, db, "election_record")
 	<-ta.Done()
 	waitFor(t, "the refused kill to be reported", 20*time.Second, func() bool { return b.Stats().KillsDenied > 0 })
 	select {
@@ -204,24 +205,6 @@ func TestHangWithoutKillPrivilege(t *testing.T) {
 	if r.at.Before(released) || b.Stats().Kills != 0 {
 		t.Fatalf("takeover at %v, before the stuck session ended at %v (kills %d)", r.at, released, b.Stats().Kills)
 	}
-}
-
-// holdRecordRow blocks every write to the election's record row, as a long
-// transaction of another client would, until the returned func is called.
-func holdRecordRow(t *testing.T, db *sql.DB) func() {
-	t.Helper()
-	tx, err := db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := tx.QueryRow("SELECT COUNT(*) FROM election_record FOR UPDATE").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { tx.Rollback() }) }
-	t.Cleanup(release)
-	return release
 }
 
 // A leader that keeps renewing but ignores the demotion (an old or broken
@@ -487,7 +470,7 @@ func TestSilentWaitersAndTheDeputy(t *testing.T) {
 	waitFor(t, "the quitter to be listed dead", 20*time.Second, func() bool { return !liveCandidates(t, ops)["quitter"] })
 
 	// The leader hangs: the new deputy kills it and a waiter leads.
-	release := holdRecordRow(t, db)
+	release := mysqltest.HoldRows(t, db, "election_record")
 	<-tl.Done()
 	waitFor(t, "a waiter to kill the stuck leader", 20*time.Second, func() bool {
 		var kills uint64

@@ -100,7 +100,7 @@ func TestAlertsOfARealPrometheus(t *testing.T) {
 
 	// hang's leader is stuck behind another client's lock on the record
 	// row: the other candidate kills its session.
-	release := lockRecords(t, hung)
+	release := mysqltest.HoldRows(t, server.Open(t, hung), "election_record")
 	c.events.Next(proctest.Is("killed"), 30*time.Second)
 	release()
 	c.events.Next(startOf("hang"), 30*time.Second)
@@ -108,7 +108,7 @@ func TestAlertsOfARealPrometheus(t *testing.T) {
 	// keepalive's leader waits 1.5 s on the same lock, three times: slow,
 	// within its lease of 5 s.
 	for range 3 {
-		release := lockRecords(t, slowed)
+		release := mysqltest.HoldRows(t, server.Open(t, slowed), "election_record")
 		time.Sleep(1500 * time.Millisecond)
 		release()
 		time.Sleep(time.Second)
@@ -182,24 +182,6 @@ func alert(name, election, instance string, reason ...string) string {
 		k += " reason=" + r
 	}
 	return k
-}
-
-// lockRecords holds every record row of database db, as another client's
-// long transaction would, until the returned func is called.
-func lockRecords(t *testing.T, db string) func() {
-	t.Helper()
-	tx, err := server.Open(t, db).Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	if err := tx.QueryRow("SELECT COUNT(*) FROM election_record FOR UPDATE").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release := func() { once.Do(func() { tx.Rollback() }) }
-	t.Cleanup(release)
-	return release
 }
 
 // cluster is the candidate processes, each serving its metrics on an

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"flag"
@@ -22,6 +21,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/examples/internal/children"
 	"github.com/sqlelect/election/examples/internal/exampledb"
 )
 
@@ -70,42 +70,16 @@ func run(n, rounds int) error {
 		return err
 	}
 	defer cleanup()
-	self, err := os.Executable()
+	g, err := children.New()
 	if err != nil {
 		return err
 	}
-	type line struct {
-		id, text string
-		at       time.Time
-	}
-	lines := make(chan line, 100)
+	defer g.Close()
 	procs := map[string]*exec.Cmd{}
-	defer func() {
-		for _, p := range procs {
-			p.Process.Kill()
-			p.Wait()
-		}
-	}()
 	spawn := func(id string) error {
-		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), "DEMO_CANDIDATE="+id, "ELECTION_DSN="+dsn)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
+		cmd, err := g.Start(id, "DEMO_CANDIDATE="+id, "ELECTION_DSN="+dsn)
 		procs[id] = cmd
-		fmt.Printf("started %s (pid %d)\n", id, cmd.Process.Pid)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- line{id, sc.Text(), time.Now()}
-			}
-		}()
-		return nil
+		return err
 	}
 	for i := 1; i <= n; i++ {
 		if err := spawn(fmt.Sprintf("candidate-%d", i)); err != nil {
@@ -115,13 +89,13 @@ func run(n, rounds int) error {
 	leader := func() (string, time.Time, error) {
 		for {
 			select {
-			case l := <-lines:
-				if strings.HasPrefix(l.text, "error") {
-					return "", time.Time{}, fmt.Errorf("%s: %s", l.id, l.text)
+			case l := <-g.Lines:
+				if strings.HasPrefix(l.Text, "error") {
+					return "", time.Time{}, fmt.Errorf("%s: %s", l.ID, l.Text)
 				}
-				if token, ok := strings.CutPrefix(l.text, "leading "); ok {
-					fmt.Printf("%s leads with fencing token %s\n", l.id, token)
-					return l.id, l.at, nil
+				if token, ok := strings.CutPrefix(l.Text, "leading "); ok {
+					fmt.Printf("%s leads with fencing token %s\n", l.ID, token)
+					return l.ID, l.At, nil
 				}
 			case <-time.After(30 * time.Second):
 				return "", time.Time{}, fmt.Errorf("no leader within 30s")

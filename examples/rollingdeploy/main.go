@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
@@ -28,6 +27,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/sqlelect/election"
+	"github.com/sqlelect/election/examples/internal/children"
 	"github.com/sqlelect/election/examples/internal/exampledb"
 )
 
@@ -94,37 +94,30 @@ func run(svg string) error {
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
+	g, err := children.New()
 	if err != nil {
 		return err
 	}
-	type line struct{ id, text string }
-	lines := make(chan line, 100)
+	defer g.Close()
 	procs := map[string]*exec.Cmd{}
-	defer func() {
-		for _, p := range procs {
-			p.Process.Kill()
-			p.Wait()
-		}
-	}()
 	// next returns the instance that printed text (leading: any token)
 	// earliest among the lines not yet taken.
-	var pending []line
+	var pending []children.Line
 	next := func(text string) (string, error) {
 		for {
 			for i, l := range pending {
-				if strings.HasPrefix(l.text, text) {
+				if strings.HasPrefix(l.Text, text) {
 					pending = append(pending[:i], pending[i+1:]...)
-					if token, ok := strings.CutPrefix(l.text, "leading "); ok {
-						fmt.Printf("%s leads with fencing token %s\n", l.id, token)
+					if token, ok := strings.CutPrefix(l.Text, "leading "); ok {
+						fmt.Printf("%s leads with fencing token %s\n", l.ID, token)
 					}
-					return l.id, nil
+					return l.ID, nil
 				}
 			}
 			select {
-			case l := <-lines:
-				if strings.HasPrefix(l.text, "error") {
-					return "", fmt.Errorf("%s: %s", l.id, l.text)
+			case l := <-g.Lines:
+				if strings.HasPrefix(l.Text, "error") {
+					return "", fmt.Errorf("%s: %s", l.ID, l.Text)
 				}
 				pending = append(pending, l)
 			case <-time.After(30 * time.Second):
@@ -134,24 +127,11 @@ func run(svg string) error {
 	}
 	// start starts instance id and returns once it is a live candidate.
 	start := func(id string) error {
-		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), "ROLLING_INSTANCE="+id, "ELECTION_DSN="+dsn)
-		out, err := cmd.StdoutPipe()
+		cmd, err := g.Start(id, "ROLLING_INSTANCE="+id, "ELECTION_DSN="+dsn)
 		if err != nil {
 			return err
 		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			return err
-		}
 		procs[id] = cmd
-		fmt.Printf("started %s (pid %d)\n", id, cmd.Process.Pid)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- line{id, sc.Text()}
-			}
-		}()
 		if _, err := next("campaigning"); err != nil {
 			return err
 		}
@@ -189,7 +169,6 @@ func run(svg string) error {
 		fmt.Printf("stopping %s with SIGTERM\n", old)
 		procs[old].Process.Signal(syscall.SIGTERM)
 		procs[old].Wait()
-		delete(procs, old)
 		if old == leader {
 			if leader, err = next("leading"); err != nil {
 				return err
@@ -215,7 +194,6 @@ func run(svg string) error {
 	fmt.Printf("stopping %s with SIGTERM: it resigns\n", leader)
 	procs[leader].Process.Signal(syscall.SIGTERM)
 	procs[leader].Wait()
-	delete(procs, leader)
 	if _, err := next("leading"); err != nil {
 		return err
 	}

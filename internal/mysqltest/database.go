@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,4 +85,23 @@ func Main(m *testing.M, use func(*Server) (after func())) int {
 		after()
 	}
 	return code
+}
+
+// HoldRows locks every row of table through db, as another client's long
+// transaction would, until the returned func (or the test's end) releases
+// them: writes to them wait meanwhile.
+func HoldRows(t testing.TB, db *sql.DB, table string) (release func()) {
+	t.Helper()
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow("SELECT COUNT(*) FROM `" + table + "` FOR UPDATE").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { tx.Rollback() }) }
+	t.Cleanup(release)
+	return release
 }
