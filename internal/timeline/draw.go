@@ -38,7 +38,7 @@ func (l *Layout) SVG() []byte {
 	c.Rect(l.Axis.X, l.Axis.Y, l.Axis.W, l.Axis.H, 0, ledColor, gridColor, "")
 	text(&c, l.AxisName, inkColor)
 	for _, g := range l.Gaps {
-		c.Printf("<g><title>%s</title>\n", svgdraw.Escape(fmt.Sprintf("nobody led for %v: %s to %s", g.To.Sub(g.From).Round(time.Millisecond), stamp(g.From), stamp(g.To))))
+		c.Printf("<g><title>%s</title>\n", svgdraw.Escape(fmt.Sprintf("nobody led for %v: %s to %s", rounded(g.To.Sub(g.From)), stamp(g.From), stamp(g.To))))
 		c.Rect(g.Band.X, g.Band.Y, g.Band.W, g.Band.H, 0, "url(#nobody-led)", gapColor, "")
 		c.Printf("</g>\n")
 	}
@@ -90,7 +90,16 @@ func tooltip(t Term) string {
 	if t.Open() {
 		return s + "now, " + reasonLabel(t.Reason)
 	}
-	return s + fmt.Sprintf("%s (%v), %s", stamp(t.Ended), t.Ended.Sub(t.Started).Round(time.Millisecond), reasonLabel(t.Reason))
+	return s + fmt.Sprintf("%s (%v), %s", stamp(t.Ended), rounded(t.Ended.Sub(t.Started)), reasonLabel(t.Reason))
 }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") }
+
+// rounded is d to the millisecond, or to the microsecond below one, so that
+// a gap of a few hundred microseconds does not read "0s".
+func rounded(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
+}

@@ -93,3 +93,14 @@ func TestLayoutOfAHistory(t *testing.T) {
 		}
 	}
 }
+
+// A gap shorter than a millisecond is shown in microseconds, not as 0s.
+func TestShortGapIsShown(t *testing.T) {
+	terms := []Term{
+		{Token: 1, Leader: "a", Started: at(0), Ended: at(1), Reason: "resigned"},
+		{Token: 2, Leader: "b", Started: at(1.0004), Ended: at(2), Reason: "resigned"},
+	}
+	if svg := string(Arrange("Terms of jobs", terms, at(2)).SVG()); !strings.Contains(svg, "nobody led for 400µs") {
+		t.Errorf("the SVG does not say nobody led for 400µs:\n%s", svg)
+	}
+}
