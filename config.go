@@ -228,11 +228,14 @@ type Observer struct {
 	// SessionShared or SessionPool, as Candidate.Session); once per
 	// campaign.
 	Campaigning func(election, session string)
-	// Stopped: Run returned err, an error retrying cannot fix (see Run),
-	// and this candidate campaigns no more until Run is called again. Run
-	// calls it with err nil as it starts. A Run whose context ended, or
-	// whose function returned ErrStop, is not reported: it was stopped.
-	Stopped func(election string, err error)
+	// Running: Run began (running true, err nil), or returned (running
+	// false), once for each start: with err nil when it was asked to (its
+	// context ended, or its function returned ErrStop) or found another Run
+	// of the Elector under way (ErrCampaigning), else with the error it
+	// returned, one retrying cannot fix (see Run), after which this
+	// candidate campaigns no more until Run is called again. TryRun and
+	// Campaign do not report it.
+	Running func(election string, running bool, err error)
 }
 
 // The hooks, each a no-op where its field is nil.
@@ -291,9 +294,9 @@ func (o *Observer) campaigning(election, session string) {
 	}
 }
 
-func (o *Observer) stopped(election string, err error) {
-	if o.Stopped != nil {
-		o.Stopped(election, err)
+func (o *Observer) running(election string, running bool, err error) {
+	if o.Running != nil {
+		o.Running(election, running, err)
 	}
 }
 

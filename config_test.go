@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -181,9 +182,14 @@ func TestRefusedLoginEndsRun(t *testing.T) {
 				)
 				cfg := fast
 				cfg.Strategy, cfg.Identity = s, "a"
+				var ran []string
 				cfg.Observer = &election.Observer{CampaignFailed: func(_ string, err error) {
 					mu.Lock()
 					failed = append(failed, err)
+					mu.Unlock()
+				}, Running: func(_ string, running bool, err error) {
+					mu.Lock()
+					ran = append(ran, fmt.Sprint(running, " ", errors.Is(err, election.ErrAccessDenied)))
 					mu.Unlock()
 				}}
 				db := openDSN(t, tc.dsn)
@@ -196,6 +202,9 @@ func TestRefusedLoginEndsRun(t *testing.T) {
 				mu.Lock()
 				if len(failed) != 1 || !errors.Is(failed[0], election.ErrAccessDenied) {
 					t.Errorf("the Observer saw the failed campaigns %v, want the one Run returned", failed)
+				}
+				if got := strings.Join(ran, ", "); got != "true false, false true" {
+					t.Errorf("Observer.Running saw (running, access denied) %s, want Run's start, then its end with the error", got)
 				}
 				mu.Unlock()
 				if code, body := status(e.HealthHandler()); code != http.StatusServiceUnavailable || !strings.Contains(body, "refused the login") {

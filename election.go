@@ -287,7 +287,16 @@ func (e *Elector) Leader(ctx context.Context) (Record, error) {
 // caller to call it again later, or to exit for its supervisor to restart
 // it (HealthHandler answers 503 naming the error until Run is called
 // again).
-func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) error {
+func (e *Elector) Run(ctx context.Context, fn func(ctx context.Context, t *Term) error) (err error) {
+	e.st.cfg.Observer.running(e.st.name, true, nil)
+	defer func() {
+		// Asked to stop, or another Run of this Elector goes on.
+		if ctx.Err() != nil || errors.Is(err, ErrStop) || errors.Is(err, ErrCampaigning) {
+			e.st.cfg.Observer.running(e.st.name, false, nil)
+		} else {
+			e.st.cfg.Observer.running(e.st.name, false, err)
+		}
+	}()
 	defer e.withdraw(ctx)
 	var h *health
 	if e.st.cfg.Health != nil {
@@ -476,13 +485,10 @@ func (e *Elector) setRunning(t *Term, fnCtx context.Context) {
 	})
 }
 
-// setStopped records why Run stopped campaigning, nil as it starts, for
-// HealthHandler and the Observer.
 func (e *Elector) setStopped(err error) {
 	e.mu.Lock()
 	e.stopped = err
 	e.mu.Unlock()
-	e.st.cfg.Observer.stopped(e.st.name, err)
 }
 
 // TryRun is the cluster lock for a task scheduled on every instance (as

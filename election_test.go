@@ -128,6 +128,51 @@ func TestCancelledContextResigns(t *testing.T) {
 	})
 }
 
+// Observer.Running pairs every start of Run with its end, with no error when
+// Run was asked to stop: its context ended, its function returned ErrStop,
+// or another Run of the Elector was under way.
+func TestRunReportsRunning(t *testing.T) {
+	t.Parallel()
+	db, _ := newDB(t)
+	var (
+		mu  sync.Mutex
+		ran []string
+	)
+	cfg := fast
+	cfg.Identity = "a"
+	cfg.Observer = &election.Observer{Running: func(_ string, running bool, err error) {
+		mu.Lock()
+		ran = append(ran, fmt.Sprint(running, " ", err))
+		mu.Unlock()
+	}}
+	e := newElectorWith(t, db, "running", cfg)
+	ctx, cancel := context.WithCancel(ctxFor(t, time.Minute))
+	leading := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Run(ctx, func(ctx context.Context, _ *election.Term) error {
+			close(leading)
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	<-leading
+	if err := e.Run(ctx, func(context.Context, *election.Term) error { return nil }); !errors.Is(err, election.ErrCampaigning) {
+		t.Fatalf("a second Run: %v, want ErrCampaigning", err)
+	}
+	cancel()
+	<-done
+	stop := fmt.Errorf("done for good: %w", election.ErrStop)
+	if err := e.Run(ctxFor(t, time.Minute), func(context.Context, *election.Term) error { return stop }); !errors.Is(err, election.ErrStop) {
+		t.Fatalf("Run: %v, want its function's ErrStop", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := strings.Join(ran, ", "), "true <nil>, true <nil>, false <nil>, false <nil>, true <nil>, false <nil>"; got != want {
+		t.Errorf("Observer.Running saw %s, want %s", got, want)
+	}
+}
+
 func TestRunResignsWhenContextEnds(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, s election.Strategy) {
 		db, _ := newDB(t)

@@ -80,10 +80,10 @@ type Record struct {
 
 	// The reader's watch (store.vouch), for a record a candidate decides
 	// by: when the read returned, on the local monotonic clock, and the
-	// latest local instants at which the renewal, the demotion, the claim
-	// and the end can have been stamped. Zero for a record read once (an
+	// latest local instants at which the renewal, the demotion and the
+	// claim can have been stamped. Zero for a record read once (an
 	// Operator's Leader, History): its ages are the database clock's.
-	read, renewedBy, demotedBy, claimedBy, endedBy time.Time
+	read, renewedBy, demotedBy, claimedBy time.Time
 }
 
 // The record's rule: what one read of the record says of the term it

@@ -451,9 +451,6 @@ func (s *store) vouch(rec *Record, r reading) {
 	defer seen.mu.Unlock()
 	rec.renewedBy = seen.renewal.see(rec.Token, rec.Renewed.UnixMicro(), p.stampedBy(rec.Renewed.UnixMicro()))
 	rec.claimedBy = seen.claimed.see(rec.Token, rec.Since.UnixMicro(), p.stampedBy(rec.Since.UnixMicro()))
-	if !rec.Ended.IsZero() {
-		rec.endedBy = p.stampedBy(rec.Ended.UnixMicro())
-	}
 	if rec.demoteAt.Valid {
 		rec.demotedBy = seen.demotion.see(rec.Token, rec.demoteAt.Int64, p.stampedBy(rec.demoteAt.Int64))
 	}

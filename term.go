@@ -108,13 +108,11 @@ func newTerm(st *store, log *slog.Logger, w won, parent context.Context, onEnd f
 // leaderless is how long the election had no leader when this read was
 // made, at most: since p's last sign of life (its recorded end, else its
 // last renewal: a leader that crashed died after it), on the database
-// clock. Not as this candidate's watch vouches for the renewal (its
-// decisions' measure): the watch takes a stamp from before its run as made
-// at the run's first read, so a deputy that waited longer than a run in
-// GET_LOCK would count a stopped leader's failover from its last look, not
-// from that leader's last renewal. A step of the server's clock between
-// the two is in it (and logged, see store.vouch). ok is false for an
-// election's first term.
+// clock, so a step of that clock in between is in it (and logged, see
+// store.vouch). The watch, which decisions go by, would make it shorter:
+// it takes a stamp from before its run of reads as made at the run's first
+// read, and a deputy that waited in GET_LOCK longer than a run starts a
+// new one. ok is false for an election's first term.
 func (p predecessor) leaderless() (d time.Duration, ok bool) {
 	if !p.exists {
 		return 0, false

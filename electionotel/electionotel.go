@@ -31,9 +31,10 @@
 //	election.session{session}          gauge, 1 for how this process's candidate reaches the server
 //	                                   ("own", "shared" or "pool", as Candidate.Session), 0 for
 //	                                   the others
+//	election.running                   gauge, 1 while Run runs here (see Observer.Running), else 0
 //	election.stopped                   gauge, 1 after Run returned an error retrying cannot fix
-//	                                   (access denied, the schema, ...; see Observer.Stopped),
-//	                                   until Run is called again, else 0
+//	                                   (access denied, the schema, ...), until Run is called
+//	                                   again, else 0
 //	leader_election_master_status      gauge, as election.is_leader but with the attribute name
 //	                                   for the election: the metric (and label) client-go's leader
 //	                                   election exports, which existing dashboards read
@@ -68,6 +69,7 @@ type Metrics struct {
 	healthy      metric.Int64Gauge
 	preferred    metric.Int64Counter
 	session      metric.Int64Gauge
+	running      metric.Int64Gauge
 	stopped      metric.Int64Gauge
 
 	// terms counts the terms held here per election. Two Electors of one
@@ -76,6 +78,7 @@ type Metrics struct {
 	// from this count rather than from the last event.
 	mu    sync.Mutex
 	terms map[string]int
+	runs  map[string]int // Runs under way per election, as terms
 }
 
 // New creates the instruments with meter (for example
@@ -83,7 +86,7 @@ type Metrics struct {
 // It returns an error joining the meter's if any instrument could not be
 // created.
 func New(meter metric.Meter) (*Metrics, error) {
-	m := &Metrics{terms: map[string]int{}}
+	m := &Metrics{terms: map[string]int{}, runs: map[string]int{}}
 	// 0.5ms to about 4s: a loopback round trip up to a keepalive that runs
 	// into a default lease (electionprom's buckets).
 	buckets := make([]float64, 14)
@@ -96,7 +99,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	for i := range gaps {
 		gaps[i] = 0.001 * math.Pow(2, float64(i))
 	}
-	var errs [13]error
+	var errs [14]error
 	m.isLeader, errs[0] = meter.Int64Gauge("election.is_leader",
 		metric.WithDescription("1 while this process leads the election, else 0."))
 	m.masterStatus, errs[1] = meter.Int64Gauge("leader_election_master_status",
@@ -125,7 +128,9 @@ func New(meter metric.Meter) (*Metrics, error) {
 		metric.WithDescription("Hand-overs this process's leader asked for to a candidate of higher priority (Config.PreferAfter)."))
 	m.session, errs[11] = meter.Int64Gauge("election.session",
 		metric.WithDescription(`1 for how this process's candidate reaches the server ("own", "shared" or "pool", as Candidate.Session), 0 for the others.`))
-	m.stopped, errs[12] = meter.Int64Gauge("election.stopped",
+	m.running, errs[12] = meter.Int64Gauge("election.running",
+		metric.WithDescription("1 while Run runs in this process, else 0."))
+	m.stopped, errs[13] = meter.Int64Gauge("election.stopped",
 		metric.WithDescription("1 after Run returned an error retrying cannot fix (access denied, the schema, ...), until Run is called again, else 0."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("electionotel: creating instruments: %w", err)
@@ -199,13 +204,23 @@ func (m *Metrics) Observer() *election.Observer {
 				m.session.Record(ctx, v, attrs(name, "session", s))
 			}
 		},
-		Stopped: func(name string, err error) {
+		Running: func(name string, running bool, err error) {
 			m.known(name)
-			var v int64
-			if err != nil {
-				v = 1
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			var stopped int64
+			if running {
+				m.runs[name]++
+			} else {
+				m.runs[name]--
+				if err != nil {
+					stopped = 1
+				}
 			}
-			m.stopped.Record(ctx, v, attrs(name))
+			m.running.Record(ctx, int64(min(m.runs[name], 1)), attrs(name))
+			if running || err != nil {
+				m.stopped.Record(ctx, stopped, attrs(name))
+			}
 		},
 	}
 }
@@ -236,6 +251,8 @@ func (m *Metrics) known(name string) {
 		m.healthChecks.Add(ctx, 0, attrs(name, "result", result))
 	}
 	m.preferred.Add(ctx, 0, attrs(name))
+	m.running.Record(ctx, 0, attrs(name))
+	m.stopped.Record(ctx, 0, attrs(name))
 }
 
 // leading adds delta to the terms held for election name and sets

@@ -47,7 +47,7 @@ func exported(t *testing.T) (*prometheus.Registry, *electionotel.Metrics) {
 // first event if its series appears at 1.
 func TestCountersAtZeroFromTheFirstEvent(t *testing.T) {
 	reg, m := exported(t)
-	m.Observer().Stopped("fresh", nil)
+	m.Observer().Running("fresh", true, nil)
 	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer ts.Close()
 	resp, err := ts.Client().Get(ts.URL)

@@ -29,9 +29,9 @@
 //	election_session{session}             1 for how this process's candidate reaches the server
 //	                                      ("own", "shared" or "pool", as Candidate.Session), 0 for
 //	                                      the others
+//	election_running                      1 while Run runs here (see Observer.Running), else 0
 //	election_stopped                      1 after Run returned an error retrying cannot fix (access
-//	                                      denied, the schema, ...; see Observer.Stopped), until Run
-//	                                      is called again, else 0
+//	                                      denied, the schema, ...), until Run is called again, else 0
 //
 // and, labelled name rather than election, the metric client-go's leader
 // election exports, which existing dashboards read:
@@ -64,6 +64,7 @@ type Metrics struct {
 	healthy      *prometheus.GaugeVec
 	preferred    *prometheus.CounterVec
 	session      *prometheus.GaugeVec
+	running      *prometheus.GaugeVec
 	stopped      *prometheus.GaugeVec
 
 	// terms counts the terms held here per election, from its first event
@@ -73,6 +74,7 @@ type Metrics struct {
 	// event.
 	mu    sync.Mutex
 	terms map[string]int
+	runs  map[string]int // Runs under way per election, as terms
 }
 
 // New creates the metrics and registers them with reg (for example
@@ -136,14 +138,19 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: ns, Name: "session",
 			Help: `1 for how this process's candidate reaches the server ("own", "shared" or "pool", as Candidate.Session), 0 for the others.`,
 		}, []string{"election", "session"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "running",
+			Help: "1 while Run runs in this process, else 0.",
+		}, []string{"election"}),
 		stopped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "stopped",
 			Help: "1 after Run returned an error retrying cannot fix (access denied, the schema, ...), until Run is called again, else 0.",
 		}, []string{"election"}),
 		terms: map[string]int{},
+		runs:  map[string]int{},
 	}
 	all := collectors{m.isLeader, m.masterStatus, m.token, m.transitions, m.keepalive, m.failover, m.failures, m.kills,
-		m.healthChecks, m.healthy, m.preferred, m.session, m.stopped}
+		m.healthChecks, m.healthy, m.preferred, m.session, m.running, m.stopped}
 	if err := reg.Register(all); err != nil {
 		return nil, fmt.Errorf("electionprom: registering metrics: %w", err)
 	}
@@ -215,13 +222,23 @@ func (m *Metrics) Observer() *election.Observer {
 				m.session.WithLabelValues(name, s).Set(v)
 			}
 		},
-		Stopped: func(name string, err error) {
+		Running: func(name string, running bool, err error) {
 			m.known(name)
-			v := 0.0
-			if err != nil {
-				v = 1
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			stopped := 0.0
+			if running {
+				m.runs[name]++
+			} else {
+				m.runs[name]--
+				if err != nil {
+					stopped = 1
+				}
 			}
-			m.stopped.WithLabelValues(name).Set(v)
+			m.running.WithLabelValues(name).Set(float64(min(m.runs[name], 1)))
+			if running || err != nil {
+				m.stopped.WithLabelValues(name).Set(stopped)
+			}
 		},
 	}
 }
@@ -252,6 +269,8 @@ func (m *Metrics) known(name string) {
 		m.healthChecks.WithLabelValues(name, result)
 	}
 	m.preferred.WithLabelValues(name)
+	m.running.WithLabelValues(name)
+	m.stopped.WithLabelValues(name)
 }
 
 // leading adds delta to the terms held for election name and sets

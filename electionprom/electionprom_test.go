@@ -406,6 +406,9 @@ func TestRefusedCampaignCountedOnce(t *testing.T) {
 	if v := value(t, reg, "election_stopped", "election", "refused"); v != 0 {
 		t.Fatalf("election_stopped = %v once Run was called again, want 0", v)
 	}
+	if v := value(t, reg, "election_running", "election", "refused"); v != 0 {
+		t.Fatalf("election_running = %v after Run returned, want 0", v)
+	}
 }
 
 // New registers all metrics or none.
@@ -436,7 +439,7 @@ func TestRegisterTwice(t *testing.T) {
 func TestSeriesAtZeroFromTheFirstEvent(t *testing.T) {
 	t.Parallel()
 	reg, m := newMetrics(t)
-	m.Observer().Stopped("fresh", nil)
+	m.Observer().Running("fresh", true, nil)
 	var scrape strings.Builder
 	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer ts.Close()
@@ -454,6 +457,7 @@ func TestSeriesAtZeroFromTheFirstEvent(t *testing.T) {
 		`election_kills_total{election="fresh",reason="demote-killed"} 0`,
 		`election_failover_seconds_count{election="fresh"} 0`,
 		`election_keepalive_seconds_count{election="fresh"} 0`,
+		`election_running{election="fresh"} 1`,
 		`election_stopped{election="fresh"} 0`,
 	} {
 		if !strings.Contains(scrape.String(), line+"\n") {

@@ -148,7 +148,7 @@ func (c *cli) runFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.grace, "grace", 0, "time CMD has to exit after SIGTERM when the term ends, before SIGKILL; 0 given: SIGKILL at once\n(default and most: min(margin, lease−interval) − margin/4, 750ms with the default timing)")
 	fs.StringVar(&o.identity, "identity", "", "this candidate's identity, for status and handover (default host-pid-random)")
 	fs.IntVar(&o.priority, "priority", 0, "rank for leadership, higher first (Config.Priority): whenever a term ends, the live candidate of the highest\npriority leads next; for a rolling deploy, start the new instances with a higher one before stopping the old")
-	fs.StringVar(&o.version, "version", "", "shown beside this candidate in electctl candidates (Config.Version), as v2")
+	fs.StringVar(&o.version, "candidate-version", "", "the version shown beside this candidate in electctl candidates (Config.Version), as v2")
 	fs.BoolVar(&o.nonblock, "nonblock", false, "exit at once with --conflict-exit-code if another candidate leads")
 	fs.DurationVar(&o.hold, "hold", 0, "after CMD exits, keep leading until this long after the term began, so that a later --nonblock (a cron\nwhose clock runs behind) finds it held, as TryRun's atLeast does")
 	fs.BoolVar(&o.again, "again", false, "campaign again after CMD exits or the term ends, and run CMD again when leading; until a signal")

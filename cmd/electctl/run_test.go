@@ -476,7 +476,7 @@ func TestRunPriority(t *testing.T) {
 	events(t, dir, "start", 1)
 	c.startRun(t, dir, "b", "jobs", "--", self(t), "serve", "0")
 	waitCandidates(t, c, "jobs", 2)
-	c.startRun(t, dir, "new", "--priority", "1", "--version", "v2", "jobs", "--", self(t), "serve", "0")
+	c.startRun(t, dir, "new", "--priority", "1", "--candidate-version", "v2", "jobs", "--", self(t), "serve", "0")
 	waitCandidates(t, c, "jobs", 3)
 	_, out, _ := c.ctl("candidates", "jobs", "--json")
 	var cands []candidateView
@@ -591,6 +591,7 @@ func TestRunUsage(t *testing.T) {
 		"run --conflict-exit-code 256 jobs -- true":                "not an exit code",
 		"run --timeout -1s jobs -- true":                           "--timeout -1s is negative",
 		"run --hold -1s jobs -- true":                              "--hold -1s is negative",
+		"run --priority 2147483648 jobs -- true":                   "--priority 2147483648 is out of range",
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), append([]string{"--dsn", server.DSN(dbName)}, strings.Fields(args)...), &out, &errOut)

@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -75,10 +74,10 @@ func run(n, rounds int) error {
 		return err
 	}
 	defer g.Close()
-	procs := map[string]*exec.Cmd{}
+	procs := map[string]*children.Child{}
 	spawn := func(id string) error {
-		cmd, err := g.Start(id, "DEMO_CANDIDATE="+id, "ELECTION_DSN="+dsn)
-		procs[id] = cmd
+		child, err := g.Start(id, "DEMO_CANDIDATE="+id, "ELECTION_DSN="+dsn)
+		procs[id] = child
 		return err
 	}
 	for i := 1; i <= n; i++ {
@@ -110,8 +109,7 @@ func run(n, rounds int) error {
 		time.Sleep(2 * time.Second)
 		fmt.Printf("killing %s with SIGKILL\n", id)
 		killed := time.Now()
-		procs[id].Process.Kill()
-		procs[id].Wait()
+		procs[id].Stop(syscall.SIGKILL)
 		next, at, err := leader()
 		if err != nil {
 			return err
@@ -126,7 +124,7 @@ func run(n, rounds int) error {
 	time.Sleep(2 * time.Second)
 	fmt.Printf("stopping %s with SIGTERM: it resigns\n", id)
 	stopped := time.Now()
-	procs[id].Process.Signal(syscall.SIGTERM)
+	procs[id].Stop(syscall.SIGTERM)
 	_, at, err := leader()
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 	"time"
 )
 
@@ -19,9 +20,15 @@ type Line struct {
 
 // Group is the children of one run. Lines receives what they print.
 type Group struct {
-	Lines chan Line
-	self  string
-	procs map[string]*exec.Cmd
+	Lines    chan Line
+	self     string
+	children []*Child
+}
+
+// Child is one child process.
+type Child struct {
+	cmd  *exec.Cmd
+	read chan struct{} // closed once its stdout has been read to the end
 }
 
 // New returns an empty group of children of this binary.
@@ -30,12 +37,12 @@ func New() (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Group{Lines: make(chan Line, 100), self: self, procs: map[string]*exec.Cmd{}}, nil
+	return &Group{Lines: make(chan Line, 100), self: self}, nil
 }
 
 // Start runs this binary again as child id, with env added to its
 // environment; its stdout goes to Lines, its stderr to this one's.
-func (g *Group) Start(id string, env ...string) (*exec.Cmd, error) {
+func (g *Group) Start(id string, env ...string) (*Child, error) {
 	cmd := exec.Command(g.self)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
@@ -46,23 +53,33 @@ func (g *Group) Start(id string, env ...string) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	g.procs[id] = cmd
+	c := &Child{cmd: cmd, read: make(chan struct{})}
+	g.children = append(g.children, c)
 	fmt.Printf("started %s (pid %d)\n", id, cmd.Process.Pid)
 	go func() {
+		defer close(c.read)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			g.Lines <- Line{id, sc.Text(), time.Now()}
 		}
 	}()
-	return cmd, nil
+	return c, nil
+}
+
+// Stop sends the child sig (SIGKILL: kills it) and waits for it to exit,
+// after the last line it printed.
+func (c *Child) Stop(sig syscall.Signal) {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	c.cmd.Process.Signal(sig)
+	<-c.read
+	c.cmd.Wait()
 }
 
 // Close kills the children still running and waits for them.
 func (g *Group) Close() {
-	for _, p := range g.procs {
-		if p.ProcessState == nil {
-			p.Process.Kill()
-			p.Wait()
-		}
+	for _, c := range g.children {
+		c.Stop(syscall.SIGKILL)
 	}
 }
