@@ -252,8 +252,10 @@ func (l *Layout) gaps(terms []Term, now time.Time, x func(time.Time) float64, la
 			covered = later(covered, t.Ended)
 		}
 	}
-	if l.To.After(covered) {
-		add(covered, l.To)
+	// Nobody leads from the last end to now; the axis may run on past now
+	// (a second at least), into no one's time.
+	if now.After(covered) {
+		add(covered, now)
 	}
 }
 

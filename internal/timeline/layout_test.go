@@ -104,3 +104,19 @@ func TestShortGapIsShown(t *testing.T) {
 		t.Errorf("the SVG does not say nobody led for 400µs:\n%s", svg)
 	}
 }
+
+// A history shorter than the axis's second: after now, where the axis runs
+// on, nobody is said to lead or not.
+func TestNoGapAfterNow(t *testing.T) {
+	terms := []Term{
+		{Token: 1, Leader: "a", Started: at(0), Ended: at(0.05), Reason: "resigned"},
+		{Token: 2, Leader: "b", Started: at(0.05), Reason: Leading},
+	}
+	if l := Arrange("Terms of jobs", terms, at(0.1)); len(l.Gaps) != 0 {
+		t.Errorf("gaps %+v in a history led throughout until now", l.Gaps)
+	}
+	ended := []Term{{Token: 1, Leader: "a", Started: at(0), Ended: at(0.05), Reason: "resigned"}}
+	if l := Arrange("Terms of jobs", ended, at(0.1)); len(l.Gaps) != 1 || !l.Gaps[0].From.Equal(at(0.05)) || !l.Gaps[0].To.Equal(at(0.1)) {
+		t.Errorf("gaps %+v, want nobody leading from the end to now", l.Gaps)
+	}
+}
