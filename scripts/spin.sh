@@ -73,34 +73,37 @@ runs=(
 )
 
 echo "spin $(spin -V | awk '{print $3}'): $(basename "$model"), L=2 S=2 DRIFT=1 K=1 ticks unless said (docs/verification.md, \"The model\")"
-bad=0
 ms() { echo $(($(date +%s%N) / 1000000)); }
-start=$(ms)
-i=0
-for run in "${runs[@]}"; do
-  IFS='|' read -r kind name expect flags <<<"$run"
-  i=$((i + 1))
-  dir=$work/$i
+
+# check I RUN verifies run RUN in $work/I: its line in $work/I/line, what
+# went wrong on $work/I/err, and $work/I/bad if it was not as expected.
+check() {
+  local i=$1 kind name expect flags
+  IFS='|' read -r kind name expect flags <<<"$2"
+  local dir=$work/$i
   mkdir -p "$dir"
   cp "$model" "$dir/election.pml"
   # A counterexample comes after a few thousand states: a verifier that
   # compiles fast and a small hash table; a complete search wants speed.
-  cc="-O2" hash="-w24"
+  local cc="-O2" hash="-w24"
   [ "$expect" = fail ] && cc="-O0" hash="-w20"
+  local t0
   t0=$(ms)
   # shellcheck disable=SC2086
   if ! (cd "$dir" && spin $flags -a election.pml >spin.out 2>&1 &&
     gcc $cc -DSAFETY -DMEMLIM=2048 -o pan pan.c >gcc.out 2>&1 &&
     ./pan $hash >pan.out 2>&1); then
-    echo "$kind $name: could not build or run the verifier ($flags)" >&2
-    cat "$dir"/spin.out "$dir"/gcc.out "$dir"/pan.out 2>/dev/null | tail -20 >&2
-    bad=1
-    continue
+    {
+      echo "$kind $name: could not build or run the verifier ($flags)"
+      cat "$dir"/spin.out "$dir"/gcc.out "$dir"/pan.out 2>/dev/null | tail -20
+    } >"$dir/err"
+    touch "$dir/bad"
+    return
   fi
+  local secs errors states complete=yes result
   secs=$(awk -v ms=$(($(ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$dir/pan.out")
   states=$(awk '/states, stored/ {print $1; exit}' "$dir/pan.out")
-  complete=yes
   grep -qE 'Search not completed|reached -DMEMLIM|max search depth too small' "$dir/pan.out" && complete=no
   if [ "$errors" != 0 ]; then
     result="counterexample"
@@ -109,17 +112,37 @@ for run in "${runs[@]}"; do
   else
     result="incomplete"
   fi
-  printf '%-8s %-48s %-15s %9s states %5s s\n' "$kind" "$name" "$result" "$states" "$secs"
+  printf '%-8s %-48s %-15s %9s states %5s s\n' "$kind" "$name" "$result" "$states" "$secs" >"$dir/line"
   if { [ "$expect" = hold ] && [ "$result" != holds ]; } || { [ "$expect" = fail ] && [ "$result" != counterexample ]; }; then
-    bad=1
-    echo "  expected it to ${expect}: $flags" >&2
+    touch "$dir/bad"
+    echo "  expected it to ${expect}: $flags" >"$dir/err"
     if [ "$result" = counterexample ]; then
       # The trail, as the model narrates it.
       # shellcheck disable=SC2086
       (cd "$dir" && spin $flags -t election.pml 2>&1 | grep -vE '^\s*$|processes created|^#processes|^\s+[a-z_]+(\[[0-9]\])? = |proc +[0-9]' |
-        sed 's/^ *//' | uniq -c | sed 's/^ *1 //; s/^ *\([0-9]*\) \(.*\)/\2 (x\1)/' | tail -40 | sed 's/^/  /') >&2
+        sed 's/^ *//' | uniq -c | sed 's/^ *1 //; s/^ *\([0-9]*\) \(.*\)/\2 (x\1)/' | tail -40 | sed 's/^/  /') >>"$dir/err"
     fi
   fi
+}
+
+# The runs are independent: as many at once as there are cores (each
+# verifier is one process of at most MEMLIM), reported in their order.
+start=$(ms)
+jobs=$(nproc 2>/dev/null || echo 1)
+i=0
+for run in "${runs[@]}"; do
+  i=$((i + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+    wait -n
+  done
+  check "$i" "$run" &
+done
+wait
+bad=0
+for n in $(seq 1 "$i"); do
+  [ -f "$work/$n/line" ] && cat "$work/$n/line"
+  [ -f "$work/$n/err" ] && cat "$work/$n/err" >&2
+  [ -f "$work/$n/bad" ] && bad=1
 done
 total=$((($(ms) - start) / 1000))
 if [ $bad -ne 0 ]; then
